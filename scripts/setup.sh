@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Installs what building and testing the module needs, on Debian/Ubuntu; elsewhere
+# names what is missing and stops. Idempotent: does nothing when all is present.
+set -euo pipefail
+
+say() { printf 'setup: %s\n' "$*" >&2; }
+
+need_libclang() {
+  # bindgen (run by the valkey-module crate) needs libclang and its headers.
+  ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 ||
+    ! ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1
+}
+
+server_bin() {
+  if [ -n "${VALKEY_SERVER:-}" ]; then echo "$VALKEY_SERVER"; else command -v valkey-server || true; fi
+}
+
+need_valkey() { [ -z "$(server_bin)" ]; }
+
+if ! need_libclang && ! need_valkey; then
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  need_libclang && say "missing libclang (the development package of clang, e.g. clang-devel / llvm); install it and retry"
+  need_valkey && say "missing valkey-server 8.0 or newer; install it or set VALKEY_SERVER=/path/to/valkey-server"
+  exit 1
+fi
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+
+. /etc/os-release
+if need_valkey && [ "${VERSION_CODENAME:-}" = bookworm ]; then
+  if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    say "adding Debian bookworm-backports to apt sources (valkey-server lives there on Debian 12)"
+    echo "deb http://deb.debian.org/debian bookworm-backports main" |
+      $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+  fi
+fi
+
+say "running apt-get update"
+$SUDO apt-get update -qq
+if need_libclang; then
+  say "installing libclang-dev (needed by bindgen)"
+  $SUDO apt-get install -y -qq libclang-dev >/dev/null
+fi
+if need_valkey; then
+  if [ "${VERSION_CODENAME:-}" = bookworm ]; then
+    say "installing valkey-server from bookworm-backports"
+    $SUDO apt-get install -y -qq -t bookworm-backports valkey-server valkey-tools >/dev/null
+  else
+    say "installing valkey-server"
+    $SUDO apt-get install -y -qq valkey-server valkey-tools >/dev/null
+  fi
+  # The package starts a system service on 6379; our tests and `make run` start their own.
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true; fi
+fi
+say "installed: $(valkey-server --version 2>/dev/null | head -1)"

@@ -1,0 +1,275 @@
+//! Argument parsing for the RL commands: pure, allocation-free on success, and
+//! every error names the argument it is about.
+
+use crate::core::sliding_log::LogParams;
+use crate::core::token_bucket::TokenBucketParams;
+use crate::core::window::WindowParams;
+use crate::core::{Millis, MAX_COUNT, MAX_PERIOD, MIN_PERIOD};
+
+/// The arguments after the key, however the caller holds them.
+pub trait Args {
+    fn count(&self) -> usize;
+    fn get(&self, index: usize) -> &[u8];
+}
+
+impl Args for [&[u8]] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn get(&self, index: usize) -> &[u8] {
+        self[index]
+    }
+}
+
+/// An error reply, built only when there is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgError(pub String);
+
+const COUNT_RANGE: &str = "an integer from 1 to 1000000000000000";
+const COST_RANGE: &str = "an integer from 0 to 1000000000000000";
+const DURATION_RANGE: &str = "a duration from 1ms to 3650d: an integer with an optional unit ms, s, m, h or d (a bare integer is seconds)";
+
+fn must_be(name: &str, what: &str) -> ArgError {
+    ArgError(format!("ERR {name} must be {what}"))
+}
+
+pub fn parse_u64(text: &[u8]) -> Option<u64> {
+    if text.is_empty() {
+        return None;
+    }
+    text.iter().try_fold(0u64, |acc, &byte| {
+        let digit = byte.checked_sub(b'0').filter(|d| *d <= 9)?;
+        acc.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+fn count(text: &[u8], name: &str) -> Result<u64, ArgError> {
+    parse_u64(text)
+        .filter(|n| (1..=MAX_COUNT).contains(n))
+        .ok_or_else(|| must_be(name, COUNT_RANGE))
+}
+
+/// `900`, `900s`, `15m`, `250ms`, `2h`, `1d`; a bare integer is seconds.
+pub fn parse_duration(text: &[u8]) -> Option<Millis> {
+    let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (number, unit) = text.split_at(digits);
+    let scale: u64 = match unit.to_ascii_lowercase().as_slice() {
+        b"" | b"s" => 1000,
+        b"ms" => 1,
+        b"m" => 60_000,
+        b"h" => 3_600_000,
+        b"d" => 86_400_000,
+        _ => return None,
+    };
+    parse_u64(number)?
+        .checked_mul(scale)
+        .map(Millis)
+        .filter(|ms| (MIN_PERIOD..=MAX_PERIOD).contains(ms))
+}
+
+fn duration(text: &[u8], name: &str) -> Result<Millis, ArgError> {
+    parse_duration(text).ok_or_else(|| must_be(name, DURATION_RANGE))
+}
+
+/// Shown back in an error: printable, and short.
+fn quoted(text: &[u8]) -> String {
+    let shown: String = text
+        .iter()
+        .take(40)
+        .map(|&b| if b.is_ascii_graphic() { b as char } else { '?' })
+        .collect();
+    shown
+}
+
+/// The options every RL command takes, plus one flag of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    pub cost: u64,
+    pub dry_run: bool,
+    pub flag: bool,
+}
+
+/// Parses the options from `first` on; `flag` is the command's own flag
+/// (SLIDING, COUNTDENIED), if it has one.
+fn options(
+    args: &(impl Args + ?Sized),
+    first: usize,
+    flag: Option<&str>,
+) -> Result<Options, ArgError> {
+    let mut cost = None;
+    let mut dry_run = false;
+    let mut flag_seen = false;
+    let mut i = first;
+    while i < args.count() {
+        let word = args.get(i);
+        let repeated = |name: &str| ArgError(format!("ERR option {name} is given more than once"));
+        if word.eq_ignore_ascii_case(b"COST") {
+            if cost.is_some() {
+                return Err(repeated("COST"));
+            }
+            if i + 1 >= args.count() {
+                return Err(ArgError(format!(
+                    "ERR COST must be followed by {COST_RANGE}"
+                )));
+            }
+            let value = parse_u64(args.get(i + 1))
+                .filter(|n| *n <= MAX_COUNT)
+                .ok_or_else(|| must_be("COST", COST_RANGE))?;
+            cost = Some(value);
+            i += 2;
+            continue;
+        }
+        if word.eq_ignore_ascii_case(b"DRYRUN") {
+            if dry_run {
+                return Err(repeated("DRYRUN"));
+            }
+            dry_run = true;
+        } else if flag.is_some_and(|f| word.eq_ignore_ascii_case(f.as_bytes())) {
+            if flag_seen {
+                return Err(repeated(flag.unwrap_or_default()));
+            }
+            flag_seen = true;
+        } else {
+            let known = match flag {
+                Some(f) => format!("{f}, COST or DRYRUN"),
+                None => "COST or DRYRUN".to_string(),
+            };
+            return Err(ArgError(format!(
+                "ERR unknown option '{}' (expected {known})",
+                quoted(word)
+            )));
+        }
+        i += 1;
+    }
+    Ok(Options {
+        cost: cost.unwrap_or(1),
+        dry_run,
+        flag: flag_seen,
+    })
+}
+
+fn need(args: &(impl Args + ?Sized), positional: usize, usage: &str) -> Result<(), ArgError> {
+    if args.count() < positional {
+        return Err(ArgError(format!("ERR wrong number of arguments: {usage}")));
+    }
+    Ok(())
+}
+
+/// `capacity refill_amount refill_period [COST n] [DRYRUN]`
+pub fn token_bucket(args: &(impl Args + ?Sized)) -> Result<(TokenBucketParams, Options), ArgError> {
+    need(
+        args,
+        3,
+        "RL.TOKENBUCKET key capacity refill_amount refill_period [COST n] [DRYRUN]",
+    )?;
+    let params = TokenBucketParams {
+        capacity: count(args.get(0), "capacity")?,
+        refill_amount: count(args.get(1), "refill_amount")?,
+        refill_period: duration(args.get(2), "refill_period")?,
+    };
+    Ok((params, options(args, 3, None)?))
+}
+
+/// `limit period [SLIDING] [COST n] [DRYRUN]`; `flag` is SLIDING.
+pub fn window(args: &(impl Args + ?Sized)) -> Result<(WindowParams, Options), ArgError> {
+    need(
+        args,
+        2,
+        "RL.WINDOW key limit period [SLIDING] [COST n] [DRYRUN]",
+    )?;
+    let params = WindowParams {
+        limit: count(args.get(0), "limit")?,
+        period: duration(args.get(1), "period")?,
+    };
+    Ok((params, options(args, 2, Some("SLIDING"))?))
+}
+
+/// `limit period [COUNTDENIED] [COST n] [DRYRUN]`; `flag` is COUNTDENIED.
+pub fn sliding_log(args: &(impl Args + ?Sized)) -> Result<(LogParams, Options), ArgError> {
+    need(
+        args,
+        2,
+        "RL.SLIDINGLOG key limit period [COUNTDENIED] [COST n] [DRYRUN]",
+    )?;
+    let params = LogParams {
+        limit: count(args.get(0), "limit")?,
+        period: duration(args.get(1), "period")?,
+    };
+    Ok((params, options(args, 2, Some("COUNTDENIED"))?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tb(words: &[&str]) -> Result<(TokenBucketParams, Options), ArgError> {
+        let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        token_bucket(args.as_slice())
+    }
+
+    fn err(result: Result<(TokenBucketParams, Options), ArgError>) -> String {
+        result.unwrap_err().0
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration(b"900"), Some(Millis(900_000)));
+        assert_eq!(parse_duration(b"15m"), Some(Millis(900_000)));
+        assert_eq!(parse_duration(b"250ms"), Some(Millis(250)));
+        assert_eq!(parse_duration(b"250MS"), Some(Millis(250)));
+        assert_eq!(parse_duration(b"3650d"), Some(MAX_PERIOD));
+        for bad in [
+            "0",
+            "0ms",
+            "3651d",
+            "1.5s",
+            "-1",
+            "s",
+            "",
+            "10 s",
+            "1w",
+            "99999999999999999999",
+        ] {
+            assert_eq!(parse_duration(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn options_in_any_order_and_case() {
+        let (p, o) = tb(&["10", "1", "1s", "dryrun", "cost", "3"]).unwrap();
+        assert_eq!(p.capacity, 10);
+        assert_eq!(
+            o,
+            Options {
+                cost: 3,
+                dry_run: true,
+                flag: false
+            }
+        );
+        assert_eq!(tb(&["10", "1", "1s"]).unwrap().1.cost, 1);
+    }
+
+    #[test]
+    fn errors_name_the_argument() {
+        assert!(err(tb(&["0", "1", "1s"])).starts_with("ERR capacity must be"));
+        assert!(err(tb(&["1000000000000001", "1", "1s"])).starts_with("ERR capacity must be"));
+        assert!(err(tb(&["10", "x", "1s"])).starts_with("ERR refill_amount must be"));
+        assert!(err(tb(&["10", "1", "0"])).starts_with("ERR refill_period must be"));
+        assert!(err(tb(&["10", "1", "1s", "COST"])).starts_with("ERR COST must be followed"));
+        assert!(err(tb(&["10", "1", "1s", "COST", "-1"])).starts_with("ERR COST must be"));
+        assert!(err(tb(&["10", "1", "1s", "COST", "1", "COST", "1"]))
+            .contains("COST is given more than once"));
+        assert!(err(tb(&["10", "1", "1s", "DRYRUN", "dryrun"]))
+            .contains("DRYRUN is given more than once"));
+        assert!(err(tb(&["10", "1", "1s", "SLIDING"])).starts_with("ERR unknown option 'SLIDING'"));
+        assert!(err(tb(&["10", "1"])).starts_with("ERR wrong number of arguments"));
+    }
+
+    #[test]
+    fn command_flags() {
+        let args: Vec<&[u8]> = vec![b"5", b"1m", b"SLIDING"];
+        assert!(window(args.as_slice()).unwrap().1.flag);
+        let args: Vec<&[u8]> = vec![b"5", b"1m", b"countdenied", b"COUNTDENIED"];
+        assert!(sliding_log(args.as_slice()).is_err());
+    }
+}

@@ -1,0 +1,192 @@
+//! The binary format of limiters and effects: used for RDB, DUMP/RESTORE,
+//! MIGRATE, the AOF rewrite, replication and DEBUG DIGEST-VALUE. Decoding is
+//! strict: a payload is client input (RESTORE), so anything this code could
+//! not have written is refused, never trusted.
+//!
+//! Layout: a format version byte, a kind byte, then little-endian u64 fields;
+//! a sliding log's entries follow as (gap, count) varint pairs, the first
+//! gap counted from time 0.
+
+use super::limiter::{Algorithm, Effect, Limiter};
+use super::sliding_log::{LogParams, LogRecord, SlidingLog};
+use super::token_bucket::{TokenBucket, TokenBucketParams};
+use super::window::{Window, WindowParams};
+use super::{varint, Millis, MAX_COUNT, MAX_PERIOD, MIN_PERIOD};
+
+pub const FORMAT_VERSION: u8 = 1;
+const LOG_RECORD: u8 = 0x80;
+
+fn put(out: &mut Vec<u8>, value: u64) {
+    out.extend_from_slice(&value.to_le_bytes());
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn u64(&mut self) -> Option<u64> {
+        let end = self.pos.checked_add(8)?;
+        let word = self.bytes.get(self.pos..end)?;
+        self.pos = end;
+        Some(u64::from_le_bytes(word.try_into().ok()?))
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        let byte = *self.bytes.get(self.pos)?;
+        self.pos += 1;
+        Some(byte)
+    }
+
+    fn count(&mut self) -> Option<u64> {
+        self.u64().filter(|n| (1..=MAX_COUNT).contains(n))
+    }
+
+    fn period(&mut self) -> Option<Millis> {
+        self.u64()
+            .map(Millis)
+            .filter(|p| (MIN_PERIOD..=MAX_PERIOD).contains(p))
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        varint::read(self.bytes, &mut self.pos)
+    }
+
+    fn at_end(&self) -> bool {
+        self.pos == self.bytes.len()
+    }
+}
+
+pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
+    out.push(FORMAT_VERSION);
+    out.push(limiter.algorithm() as u8);
+    match limiter {
+        Limiter::TokenBucket(bucket) => {
+            put(out, bucket.params.capacity);
+            put(out, bucket.params.refill_amount);
+            put(out, bucket.params.refill_period.0);
+            put(out, bucket.last.0);
+            let level = bucket.level();
+            put(out, (level >> 64) as u64);
+            put(out, level as u64);
+        }
+        Limiter::FixedWindow(window) | Limiter::SlidingWindow(window) => {
+            put(out, window.params.limit);
+            put(out, window.params.period.0);
+            put(out, window.start.0);
+            put(out, window.previous);
+            put(out, window.current);
+        }
+        Limiter::SlidingLog(log) => {
+            put(out, log.params.limit);
+            put(out, log.params.period.0);
+            put(out, log.last_update().0);
+            let mut previous = None;
+            for (time, count) in log.entries() {
+                // The oldest entry carries its absolute time, the others their gap.
+                let gap = previous.map_or(time.0, |p: Millis| time.0 - p.0);
+                varint::push(out, gap);
+                varint::push(out, count);
+                previous = Some(time);
+            }
+        }
+    }
+}
+
+pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
+    let mut r = Reader { bytes, pos: 0 };
+    if r.u8()? != FORMAT_VERSION {
+        return None;
+    }
+    let kind = r.u8()?;
+    let limiter = match kind {
+        k if k == Algorithm::TokenBucket as u8 => {
+            let params = TokenBucketParams {
+                capacity: r.count()?,
+                refill_amount: r.count()?,
+                refill_period: r.period()?,
+            };
+            let last = Millis(r.u64()?);
+            let level = (u128::from(r.u64()?) << 64) | u128::from(r.u64()?);
+            let bucket = TokenBucket::new(params, last, level);
+            Limiter::TokenBucket(Some(bucket).filter(TokenBucket::is_valid)?)
+        }
+        k if k == Algorithm::FixedWindow as u8 || k == Algorithm::SlidingWindow as u8 => {
+            let sliding = k == Algorithm::SlidingWindow as u8;
+            let window = Window {
+                params: WindowParams {
+                    limit: r.count()?,
+                    period: r.period()?,
+                },
+                start: Millis(r.u64()?),
+                previous: r.u64()?,
+                current: r.u64()?,
+            };
+            if !window.is_valid(sliding) {
+                return None;
+            }
+            if sliding {
+                Limiter::SlidingWindow(window)
+            } else {
+                Limiter::FixedWindow(window)
+            }
+        }
+        k if k == Algorithm::SlidingLog as u8 => {
+            let params = LogParams {
+                limit: r.count()?,
+                period: r.period()?,
+            };
+            let last = Millis(r.u64()?);
+            let mut entries = Vec::new();
+            let mut time: Option<Millis> = None;
+            while !r.at_end() {
+                let gap = r.varint()?;
+                let count = r.varint()?;
+                let at = match time {
+                    None => Millis(gap),
+                    Some(t) => Millis(t.0.checked_add(gap)?),
+                };
+                entries.push((at, count));
+                time = Some(at);
+            }
+            Limiter::SlidingLog(Box::new(SlidingLog::from_entries(params, last, entries)?))
+        }
+        _ => return None,
+    };
+    r.at_end().then_some(limiter)
+}
+
+pub fn encode_effect(effect: &Effect, out: &mut Vec<u8>) {
+    match effect {
+        Effect::Replace(limiter) => encode_limiter(limiter, out),
+        Effect::LogRecord(record) => {
+            out.push(FORMAT_VERSION);
+            out.push(LOG_RECORD);
+            put(out, record.params.limit);
+            put(out, record.params.period.0);
+            put(out, record.at.0);
+            put(out, record.cost);
+        }
+    }
+}
+
+pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
+    if bytes.get(1) != Some(&LOG_RECORD) {
+        return decode_limiter(bytes).map(Effect::Replace);
+    }
+    let mut r = Reader { bytes, pos: 0 };
+    if r.u8()? != FORMAT_VERSION {
+        return None;
+    }
+    r.u8()?;
+    let record = LogRecord {
+        params: LogParams {
+            limit: r.count()?,
+            period: r.period()?,
+        },
+        at: Millis(r.u64()?),
+        cost: r.count()?,
+    };
+    r.at_end().then_some(Effect::LogRecord(record))
+}

@@ -1,0 +1,92 @@
+//! One limiter of any algorithm, as stored under a key, and the effects that
+//! change it. An effect is what replication and the AOF carry: applying it
+//! needs no clock and no decision, so every copy reaches the same state.
+
+use super::sliding_log::{LogRecord, SlidingLog};
+use super::token_bucket::TokenBucket;
+use super::window::Window;
+use super::Millis;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Limiter {
+    TokenBucket(TokenBucket),
+    FixedWindow(Window),
+    SlidingWindow(Window),
+    SlidingLog(Box<SlidingLog>),
+}
+
+/// The algorithms, for WRONGTYPE errors and the wire format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Algorithm {
+    TokenBucket = 1,
+    FixedWindow = 2,
+    SlidingWindow = 3,
+    SlidingLog = 4,
+}
+
+impl Algorithm {
+    pub fn description(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "a token bucket (RL.TOKENBUCKET)",
+            Algorithm::FixedWindow => "a fixed window (RL.WINDOW)",
+            Algorithm::SlidingWindow => "a sliding window counter (RL.WINDOW ... SLIDING)",
+            Algorithm::SlidingLog => "a sliding log (RL.SLIDINGLOG)",
+        }
+    }
+}
+
+/// A state change to apply to a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Effect {
+    /// Store this limiter (created or updated), replacing what is there.
+    Replace(Limiter),
+    /// Log one request in a sliding log, creating the log if it is absent:
+    /// O(1) bytes however long the log is.
+    LogRecord(LogRecord),
+}
+
+impl Limiter {
+    pub fn algorithm(&self) -> Algorithm {
+        match self {
+            Limiter::TokenBucket(_) => Algorithm::TokenBucket,
+            Limiter::FixedWindow(_) => Algorithm::FixedWindow,
+            Limiter::SlidingWindow(_) => Algorithm::SlidingWindow,
+            Limiter::SlidingLog(_) => Algorithm::SlidingLog,
+        }
+    }
+
+    /// The moment the limiter is back to its initial state; its key expires
+    /// then, so idle limiters cost nothing. A pure function of the state, so
+    /// primary, replicas and AOF replay agree on it.
+    pub fn expires_at(&self) -> Millis {
+        match self {
+            Limiter::TokenBucket(bucket) => bucket.full_at(),
+            Limiter::FixedWindow(window) => window.empty_at(false),
+            Limiter::SlidingWindow(window) => window.empty_at(true),
+            Limiter::SlidingLog(log) => log.empty_at(),
+        }
+    }
+
+    /// Bytes this limiter holds on the heap besides its own allocation.
+    pub fn heap_capacity(&self) -> usize {
+        match self {
+            Limiter::SlidingLog(log) => std::mem::size_of::<SlidingLog>() + log.heap_capacity(),
+            _ => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiter_fits_in_one_small_allocation() {
+        // Token bucket and window states are stored inline; only the log is boxed.
+        assert!(
+            std::mem::size_of::<Limiter>() <= 56,
+            "{}",
+            std::mem::size_of::<Limiter>()
+        );
+    }
+}

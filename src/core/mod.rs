@@ -1,0 +1,56 @@
+//! The functional core: every algorithm is a pure function of (state,
+//! parameters, now, cost) that returns a decision and the effect to apply.
+//! Nothing here knows about Valkey; time is passed in as a number.
+
+pub mod codec;
+pub mod limiter;
+pub mod sliding_log;
+pub mod time;
+pub mod token_bucket;
+pub mod varint;
+pub mod window;
+
+pub use time::Millis;
+
+/// The largest `capacity`, `limit`, `refill_amount` and `COST` accepted: 10^15.
+/// With periods up to 3650 days every product the algorithms form
+/// (count x period in milliseconds) stays far below u128::MAX, and the numbers
+/// stay exact in clients that hold integers in IEEE doubles (< 2^53).
+pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
+
+/// Shortest and longest period: 1 ms and 3650 days.
+pub const MIN_PERIOD: Millis = Millis(1);
+pub const MAX_PERIOD: Millis = Millis(3650 * 24 * 60 * 60 * 1000);
+
+/// When a denied request could be allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryAfter {
+    /// After this many milliseconds (0 when the request was allowed).
+    After(Millis),
+    /// Never: the request costs more than the limiter can ever hold.
+    Never,
+}
+
+impl RetryAfter {
+    pub fn to_reply(self) -> i64 {
+        match self {
+            RetryAfter::After(ms) => ms.to_i64_saturating(),
+            RetryAfter::Never => -1,
+        }
+    }
+}
+
+/// What a request gets told; maps one-to-one onto the command's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub allowed: bool,
+    pub limit: u64,
+    pub remaining: u64,
+    pub retry_after: RetryAfter,
+    pub reset_after: Millis,
+}
+
+/// The time point `at` as a duration from `now`, never negative.
+pub(crate) fn until(at: Millis, now: Millis) -> Millis {
+    at.saturating_sub(now)
+}

@@ -1,0 +1,44 @@
+//! Time as an integer count of milliseconds since the Unix epoch (or a duration
+//! in milliseconds). Milliseconds are the unit of every reply field and of key
+//! expiry, so deciding in the same unit keeps "wait `retry_after_ms`, then ask
+//! again" exact: no rounding stands between the decision and the reply.
+
+/// Milliseconds: a point in time (since the Unix epoch) or a duration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    pub const ZERO: Millis = Millis(0);
+
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+
+    pub fn saturating_add(self, other: Millis) -> Millis {
+        Millis(self.0.saturating_add(other.0))
+    }
+
+    pub fn saturating_sub(self, other: Millis) -> Millis {
+        Millis(self.0.saturating_sub(other.0))
+    }
+
+    /// The start of the `period`-long window, aligned to the epoch, that holds `self`.
+    pub fn align_down(self, period: Millis) -> Millis {
+        Millis(self.0 - self.0 % period.0.max(1))
+    }
+
+    /// A duration from a u128 computation, saturating instead of wrapping.
+    pub fn from_u128_saturating(value: u128) -> Millis {
+        Millis(u64::try_from(value).unwrap_or(u64::MAX))
+    }
+
+    /// For replies and expiry: Valkey speaks signed 64-bit integers.
+    pub fn to_i64_saturating(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
+}
+
+/// `ceil(numerator / denominator)` for a positive denominator.
+pub fn div_ceil_u128(numerator: u128, denominator: u128) -> u128 {
+    numerator.div_ceil(denominator)
+}

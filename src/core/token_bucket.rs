@@ -1,0 +1,239 @@
+//! Token bucket: `capacity` tokens, refilled continuously at `refill_amount`
+//! tokens per `refill_period`. A new bucket is full; a request takes `cost`
+//! tokens when that many are there.
+//!
+//! Exactness: the level is kept in units of 1/refill_period of a token
+//! ("scaled tokens"). Over `d` milliseconds the bucket gains
+//! `refill_amount * d` scaled tokens, an integer, so no rounding ever happens
+//! while refilling, however odd the rate.
+
+use super::time::div_ceil_u128;
+use super::{until, Millis, Outcome, RetryAfter};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBucketParams {
+    pub capacity: u64,
+    pub refill_amount: u64,
+    pub refill_period: Millis,
+}
+
+impl TokenBucketParams {
+    fn period(&self) -> u128 {
+        u128::from(self.refill_period.0.max(1))
+    }
+
+    fn full_level(&self) -> u128 {
+        u128::from(self.capacity) * self.period()
+    }
+
+    /// Milliseconds needed to refill `deficit` scaled tokens.
+    fn refill_time(&self, deficit: u128) -> Millis {
+        Millis::from_u128_saturating(div_ceil_u128(
+            deficit,
+            u128::from(self.refill_amount.max(1)),
+        ))
+    }
+}
+
+/// The stored state. Parameters are kept so that a later call with other
+/// parameters can carry the state over, and so the state alone tells when the
+/// bucket will be full again (its key's expiry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBucket {
+    pub params: TokenBucketParams,
+    /// Time of the last update; never moves backwards.
+    pub last: Millis,
+    /// Scaled tokens at `last`, split in two words to keep the struct 8-aligned
+    /// (and so small): high and low 64 bits.
+    level_hi: u64,
+    level_lo: u64,
+}
+
+impl TokenBucket {
+    pub fn new(params: TokenBucketParams, last: Millis, level: u128) -> TokenBucket {
+        TokenBucket {
+            params,
+            last,
+            level_hi: (level >> 64) as u64,
+            level_lo: level as u64,
+        }
+    }
+
+    pub fn full(params: TokenBucketParams, now: Millis) -> TokenBucket {
+        TokenBucket::new(params, now, params.full_level())
+    }
+
+    pub fn level(&self) -> u128 {
+        (u128::from(self.level_hi) << 64) | u128::from(self.level_lo)
+    }
+
+    /// A state loaded from outside (RDB, RESTORE, replication) is only accepted
+    /// when it is one this code could have produced.
+    pub fn is_valid(&self) -> bool {
+        self.level() <= self.params.full_level()
+    }
+
+    /// The moment the bucket is full again: its key expires then.
+    pub fn full_at(&self) -> Millis {
+        let deficit = self.params.full_level() - self.level().min(self.params.full_level());
+        self.last.saturating_add(self.params.refill_time(deficit))
+    }
+
+    /// The state at `now` under its own parameters, then carried over to
+    /// `params`: the fraction of a token rescales (rounding down) and the level
+    /// clamps to the new capacity. A clock that went back refills nothing.
+    fn advanced(&self, params: TokenBucketParams, now: Millis) -> TokenBucket {
+        let old = self.params;
+        let elapsed = u128::from(now.saturating_sub(self.last).0);
+        let refilled = self
+            .level()
+            .saturating_add(elapsed.saturating_mul(u128::from(old.refill_amount)))
+            .min(old.full_level());
+        let rescaled = if old.refill_period == params.refill_period {
+            refilled
+        } else {
+            refilled.saturating_mul(params.period()) / old.period()
+        };
+        TokenBucket::new(
+            params,
+            self.last.max(now),
+            rescaled.min(params.full_level()),
+        )
+    }
+}
+
+/// Decides a request of `cost` tokens at `now`. Returns the outcome and, when
+/// the request changes the state, the new state.
+pub fn decide(
+    state: Option<&TokenBucket>,
+    params: TokenBucketParams,
+    now: Millis,
+    cost: u64,
+) -> (Outcome, Option<TokenBucket>) {
+    let current = match state {
+        Some(bucket) => bucket.advanced(params, now),
+        None => TokenBucket::full(params, now),
+    };
+    let period = params.period();
+    let level = current.level();
+    let wanted = u128::from(cost) * period;
+
+    let allowed = cost <= params.capacity && wanted <= level;
+    let after = if allowed { level - wanted } else { level };
+    let retry_after = if allowed {
+        RetryAfter::After(Millis::ZERO)
+    } else if cost > params.capacity {
+        RetryAfter::Never
+    } else {
+        let ready_at = current
+            .last
+            .saturating_add(params.refill_time(wanted - level));
+        RetryAfter::After(until(ready_at, now))
+    };
+    let next = TokenBucket::new(params, current.last, after);
+    let outcome = Outcome {
+        allowed,
+        limit: params.capacity,
+        remaining: u64::try_from(after / period).unwrap_or(u64::MAX),
+        retry_after,
+        reset_after: until(next.full_at(), now),
+    };
+    let changed = allowed && cost > 0;
+    (outcome, changed.then_some(next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(capacity: u64, refill_amount: u64, refill_period: u64) -> TokenBucketParams {
+        TokenBucketParams {
+            capacity,
+            refill_amount,
+            refill_period: Millis(refill_period),
+        }
+    }
+
+    #[test]
+    fn new_bucket_is_full_and_drains_exactly() {
+        let p = params(3, 1, 1000);
+        let mut state = None;
+        for expected_remaining in [2, 1, 0] {
+            let (out, next) = decide(state.as_ref(), p, Millis(10_000), 1);
+            assert!(out.allowed);
+            assert_eq!(out.remaining, expected_remaining);
+            state = next;
+        }
+        let (out, next) = decide(state.as_ref(), p, Millis(10_000), 1);
+        assert!(!out.allowed);
+        assert!(next.is_none());
+        assert_eq!(out.retry_after, RetryAfter::After(Millis(1000)));
+        assert_eq!(out.reset_after, Millis(3000));
+    }
+
+    #[test]
+    fn retry_after_is_exact_for_fractional_rates() {
+        // 3 tokens per 1000 ms: one token every 333.33 ms.
+        let p = params(1, 3, 1000);
+        let (_, state) = decide(None, p, Millis(0), 1);
+        let (out, _) = decide(state.as_ref(), p, Millis(0), 1);
+        assert_eq!(out.retry_after, RetryAfter::After(Millis(334)));
+        let (early, _) = decide(state.as_ref(), p, Millis(333), 1);
+        assert!(!early.allowed);
+        let (on_time, _) = decide(state.as_ref(), p, Millis(334), 1);
+        assert!(on_time.allowed);
+    }
+
+    #[test]
+    fn cost_above_capacity_can_never_pass() {
+        let (out, next) = decide(None, params(5, 1, 1000), Millis(0), 6);
+        assert!(!out.allowed);
+        assert_eq!(out.retry_after, RetryAfter::Never);
+        assert!(next.is_none());
+    }
+
+    #[test]
+    fn cost_zero_peeks_without_changing_state() {
+        let p = params(5, 1, 1000);
+        let (_, state) = decide(None, p, Millis(0), 2);
+        let (out, next) = decide(state.as_ref(), p, Millis(0), 0);
+        assert!(out.allowed);
+        assert_eq!(out.remaining, 3);
+        assert!(next.is_none());
+    }
+
+    #[test]
+    fn clock_going_back_creates_no_tokens() {
+        let p = params(2, 1, 1000);
+        let (_, s1) = decide(None, p, Millis(50_000), 2);
+        let (out, s2) = decide(s1.as_ref(), p, Millis(10_000), 1);
+        assert!(!out.allowed);
+        assert!(s2.is_none());
+        // 1000 ms after the stored time, one token is back, measured from now.
+        assert_eq!(out.retry_after, RetryAfter::After(Millis(41_000)));
+    }
+
+    #[test]
+    fn smaller_capacity_clamps_tokens() {
+        let (_, s) = decide(None, params(100, 1, 1000), Millis(0), 1);
+        let (out, _) = decide(s.as_ref(), params(10, 1, 1000), Millis(0), 0);
+        assert_eq!(out.remaining, 10);
+        assert_eq!(out.limit, 10);
+    }
+
+    #[test]
+    fn huge_rates_stay_exact() {
+        let p = params(1_000_000_000_000_000, 1_000_000_000, 1000);
+        let (out, s) = decide(None, p, Millis(0), 1_000_000_000_000_000);
+        assert!(out.allowed);
+        assert_eq!(out.remaining, 0);
+        let (out, _) = decide(s.as_ref(), p, Millis(1), 0);
+        assert_eq!(out.remaining, 1_000_000);
+        assert_eq!(out.reset_after, Millis(999_999_999));
+    }
+
+    #[test]
+    fn struct_stays_small() {
+        assert_eq!(std::mem::size_of::<TokenBucket>(), 48);
+    }
+}

@@ -1,0 +1,32 @@
+//! valkey-ratelimit: native, atomic rate-limit commands for Valkey.
+//!
+//! `core` holds the algorithms (pure, no Valkey types); `args` parses
+//! arguments; `shell` is the glue to the server.
+
+pub mod args;
+pub mod core;
+mod shell;
+
+use valkey_module::{valkey_module, Context, Status, ValkeyString};
+
+use shell::datatype::RATELIMIT_TYPE;
+
+fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
+    shell::datatype::set_module_options(ctx.ctx);
+    match shell::register::register_all(ctx.ctx) {
+        Ok(()) => Status::Ok,
+        Err(message) => {
+            ctx.log_warning(&format!("ratelimit: {message}"));
+            Status::Err
+        }
+    }
+}
+
+valkey_module! {
+    name: "ratelimit",
+    version: 100,
+    allocator: (valkey_module::alloc::ValkeyAlloc, valkey_module::alloc::ValkeyAlloc),
+    data_types: [RATELIMIT_TYPE],
+    init: init,
+    commands: [],
+}

@@ -1,0 +1,141 @@
+//! The RL commands: parse, read the key, let the core decide, apply and
+//! propagate the effect, reply. Each algorithm's rules live in `core`.
+
+use std::ffi::c_int;
+
+use super::datatype::raw_type;
+use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
+use super::{metrics, replication};
+use crate::args::{self, ArgError, Options};
+use crate::core::limiter::{Algorithm, Effect, Limiter};
+use crate::core::{sliding_log, token_bucket, window, Millis, Outcome};
+
+fn fail(ctx: Ctx, message: &str) -> c_int {
+    metrics::record_error();
+    ffi::reply_error(ctx, message)
+}
+
+fn parsed<T>(ctx: Ctx, result: Result<T, ArgError>) -> Result<T, c_int> {
+    result.map_err(|error| fail(ctx, &error.0))
+}
+
+/// The shared read-decide-write step. `decide` sees the key's limiter (of
+/// `algorithm`, or none) and returns the outcome and the effect, if any.
+fn execute(
+    ctx: Ctx,
+    key_name: Str,
+    options: Options,
+    algorithm: Algorithm,
+    decide: impl FnOnce(Option<&Limiter>, Millis) -> (Outcome, Option<Effect>),
+) -> c_int {
+    // A peek or dry run opens the key read-only: it cannot create or touch it.
+    let may_write = !options.dry_run && options.cost > 0;
+    let mut key = Key::open(ctx, key_name, may_write);
+    let now = ffi::now();
+    let (outcome, effect) = match key.get::<Limiter>(raw_type()) {
+        Slot::Foreign => return fail(ctx, replication::WRONGTYPE),
+        Slot::Ours(limiter) if limiter.algorithm() != algorithm => {
+            let message = format!(
+                "WRONGTYPE key holds {}, not {}",
+                limiter.algorithm().description(),
+                algorithm.description()
+            );
+            return fail(ctx, &message);
+        }
+        Slot::Ours(limiter) => decide(Some(limiter), now),
+        Slot::Empty => decide(None, now),
+    };
+    if let Some(effect) = effect.filter(|_| may_write) {
+        if let Err(message) = replication::commit(ctx, &mut key, key_name, effect) {
+            return fail(ctx, message);
+        }
+    }
+    metrics::record(algorithm, outcome.allowed);
+    ffi::reply_fields(
+        ctx,
+        &[
+            (c"allowed", i64::from(outcome.allowed)),
+            (c"limit", outcome.limit as i64),
+            (c"remaining", outcome.remaining as i64),
+            (c"retry_after_ms", outcome.retry_after.to_reply()),
+            (c"reset_after_ms", outcome.reset_after.to_i64_saturating()),
+        ],
+    )
+}
+
+/// `RL.TOKENBUCKET key capacity refill_amount refill_period [COST n] [DRYRUN]`
+pub fn token_bucket(ctx: Ctx, argv: &[Str]) -> c_int {
+    let (params, options) = match parsed(ctx, args::token_bucket(&Argv(&argv[2..]))) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    execute(
+        ctx,
+        argv[1],
+        options,
+        Algorithm::TokenBucket,
+        |state, now| {
+            let bucket = match state {
+                Some(Limiter::TokenBucket(bucket)) => Some(bucket),
+                _ => None,
+            };
+            let (outcome, next) = token_bucket::decide(bucket, params, now, options.cost);
+            (
+                outcome,
+                next.map(|b| Effect::Replace(Limiter::TokenBucket(b))),
+            )
+        },
+    )
+}
+
+/// `RL.WINDOW key limit period [SLIDING] [COST n] [DRYRUN]`
+pub fn window(ctx: Ctx, argv: &[Str]) -> c_int {
+    let (params, options) = match parsed(ctx, args::window(&Argv(&argv[2..]))) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    let sliding = options.flag;
+    let algorithm = if sliding {
+        Algorithm::SlidingWindow
+    } else {
+        Algorithm::FixedWindow
+    };
+    execute(ctx, argv[1], options, algorithm, |state, now| {
+        let current = match state {
+            Some(Limiter::FixedWindow(w) | Limiter::SlidingWindow(w)) => Some(w),
+            _ => None,
+        };
+        let (outcome, next) = window::decide(current, params, sliding, now, options.cost);
+        let wrap = |w| {
+            if sliding {
+                Limiter::SlidingWindow(w)
+            } else {
+                Limiter::FixedWindow(w)
+            }
+        };
+        (outcome, next.map(|w| Effect::Replace(wrap(w))))
+    })
+}
+
+/// `RL.SLIDINGLOG key limit period [COUNTDENIED] [COST n] [DRYRUN]`
+pub fn sliding_log(ctx: Ctx, argv: &[Str]) -> c_int {
+    let (params, options) = match parsed(ctx, args::sliding_log(&Argv(&argv[2..]))) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    execute(
+        ctx,
+        argv[1],
+        options,
+        Algorithm::SlidingLog,
+        |state, now| {
+            let log = match state {
+                Some(Limiter::SlidingLog(log)) => Some(log.as_ref()),
+                _ => None,
+            };
+            let (outcome, record) =
+                sliding_log::decide(log, params, now, options.cost, options.flag);
+            (outcome, record.map(Effect::LogRecord))
+        },
+    )
+}

@@ -1,0 +1,188 @@
+//! The `ratelimit` data type: one limiter per key, any algorithm. Every
+//! callback the server makes into it is here; each catches panics and
+//! delegates at once to the core's codec.
+//!
+//! The type name and encoding version are written into every RDB file:
+//! never rename the type; bump the version only with a loader for the old one.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use valkey_module::native_types::ValkeyType;
+use valkey_module::raw;
+
+use super::ffi;
+use crate::core::codec;
+use crate::core::limiter::Limiter;
+
+pub const TYPE_NAME: &str = "ratelimit";
+pub const ENCODING_VERSION: i32 = 1;
+
+/// Valkey 9's atomic slot migration asks modules to declare they support it;
+/// the crate's flags lack the bit and Valkey 8 ignores it.
+const HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+pub static RATELIMIT_TYPE: ValkeyType = ValkeyType::new(
+    TYPE_NAME,
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+pub fn raw_type() -> *mut raw::RedisModuleType {
+    *RATELIMIT_TYPE.raw_type.borrow()
+}
+
+/// Loading reports I/O errors instead of aborting (needed for diskless
+/// loads), and keys of this type may be loaded asynchronously or migrated
+/// atomically: the type keeps no global state.
+pub fn set_module_options(ctx: ffi::Ctx) {
+    let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int
+        | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD as c_int
+        | HANDLE_ATOMIC_SLOT_MIGRATION;
+    // SAFETY: called once from the module's init with its context.
+    unsafe { raw::RedisModule_SetModuleOptions.unwrap()(ctx, options) }
+}
+
+fn guarded<R>(fallback: R, body: impl FnOnce() -> R) -> R {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+/// # Safety
+/// `value` is a pointer this type handed to the server (a `Box<Limiter>`).
+unsafe fn limiter<'a>(value: *mut c_void) -> Option<&'a Limiter> {
+    value.cast::<Limiter>().as_ref()
+}
+
+fn encoded(limiter: &Limiter) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    codec::encode_limiter(limiter, &mut out);
+    out
+}
+
+/// # Safety
+/// Called by the server with a live RDB handle.
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        if encver > ENCODING_VERSION {
+            // A newer module wrote this file: refuse rather than misread.
+            return std::ptr::null_mut();
+        }
+        let mut len = 0usize;
+        let buffer = raw::RedisModule_LoadStringBuffer.unwrap()(rdb, &mut len);
+        if raw::RedisModule_IsIOError.unwrap()(rdb) != 0 || buffer.is_null() {
+            return std::ptr::null_mut();
+        }
+        let bytes = std::slice::from_raw_parts(buffer.cast::<u8>(), len);
+        let decoded = codec::decode_limiter(bytes);
+        raw::RedisModule_Free.unwrap()(buffer.cast());
+        match decoded {
+            Some(limiter) => Box::into_raw(Box::new(limiter)).cast(),
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+/// # Safety
+/// Called by the server with a live RDB handle and one of our values.
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || {
+        if let Some(limiter) = limiter(value) {
+            let bytes = encoded(limiter);
+            raw::RedisModule_SaveStringBuffer.unwrap()(rdb, bytes.as_ptr().cast(), bytes.len());
+        }
+    })
+}
+
+/// The AOF rewrite recreates each key with one RL.APPLY carrying its whole
+/// state; the server appends the key's PEXPIREAT after it.
+///
+/// # Safety
+/// Called by the server with a live AOF handle, the key name and our value.
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guarded((), || {
+        if let Some(limiter) = limiter(value) {
+            let bytes = encoded(limiter);
+            raw::RedisModule_EmitAOF.unwrap()(
+                aof,
+                super::replication::APPLY_COMMAND.as_ptr(),
+                c"sb".as_ptr(),
+                key,
+                bytes.as_ptr(),
+                bytes.len(),
+            );
+        }
+    })
+}
+
+/// The value's own memory: its allocation (as the allocator sized it) plus a
+/// sliding log's buffer. The server's object header and key are not ours.
+///
+/// # Safety
+/// `value` is one of our values.
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guarded(0, || match limiter(value as *mut c_void) {
+        Some(limiter) => ffi::malloc_size(value) + limiter.heap_capacity(),
+        None => 0,
+    })
+}
+
+/// # Safety
+/// Called by the server with a live digest handle and one of our values.
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || {
+        if let Some(limiter) = limiter(value) {
+            let bytes = encoded(limiter);
+            raw::RedisModule_DigestAddStringBuffer.unwrap()(md, bytes.as_ptr().cast(), bytes.len());
+            raw::RedisModule_DigestEndSequence.unwrap()(md);
+        }
+    })
+}
+
+/// # Safety
+/// `value` is one of our values, freed exactly once by the server.
+unsafe extern "C" fn free(value: *mut c_void) {
+    guarded((), || {
+        if !value.is_null() {
+            drop(Box::from_raw(value.cast::<Limiter>()));
+        }
+    })
+}
+
+/// # Safety
+/// `value` is one of our values; the server owns the returned copy.
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        match limiter(value as *mut c_void) {
+            Some(limiter) => Box::into_raw(Box::new(limiter.clone())).cast(),
+            None => std::ptr::null_mut(),
+        }
+    })
+}

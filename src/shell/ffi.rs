@@ -1,0 +1,200 @@
+//! The few raw Valkey module API calls this module makes, each wrapped once
+//! in a safe function. Every `unsafe` block relies on the server having
+//! filled the API table at load time (the crate's init does) and on being
+//! called from the server's main thread inside a command or callback.
+
+use std::ffi::{c_int, c_void, CStr};
+use std::ptr::NonNull;
+
+use valkey_module::raw;
+
+use crate::core::Millis;
+
+pub type Ctx = *mut raw::RedisModuleCtx;
+pub type Str = *mut raw::RedisModuleString;
+
+/// The bytes of a server string, borrowed for as long as the command runs.
+pub fn bytes<'a>(s: Str) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: `s` is a live RedisModuleString owned by the server for the
+    // duration of the call; StringPtrLen returns a pointer into it.
+    unsafe {
+        let ptr = raw::RedisModule_StringPtrLen.unwrap()(s, &mut len);
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    }
+}
+
+/// The command's arguments as the server passed them.
+pub struct Argv<'a>(pub &'a [Str]);
+
+impl crate::args::Args for Argv<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn get(&self, index: usize) -> &[u8] {
+        bytes(self.0[index])
+    }
+}
+
+/// The per-command cached clock: the same for every command of one
+/// MULTI/EXEC or script, and never a client's clock.
+pub fn now() -> Millis {
+    // SAFETY: a plain read of the server's cached time.
+    let micros = unsafe { raw::RedisModule_CachedMicroseconds.unwrap()() };
+    Millis(u64::try_from(micros).unwrap_or(0) / 1000)
+}
+
+pub fn is_resp3(ctx: Ctx) -> bool {
+    // SAFETY: ctx is the live command context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) };
+    (flags as u32) & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
+}
+
+pub fn reply_error(ctx: Ctx, message: &str) -> c_int {
+    let text = std::ffi::CString::new(message.replace('\0', "?"))
+        .unwrap_or_else(|_| c"ERR internal error".to_owned());
+    // SAFETY: ctx is live; the message is NUL-terminated and copied by the server.
+    unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, text.as_ptr()) }
+}
+
+pub fn reply_ok(ctx: Ctx) -> c_int {
+    // SAFETY: ctx is live; the string is static.
+    unsafe { raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr()) }
+}
+
+/// Replies with named integers: a map under RESP3, an array of the values
+/// (in order) under RESP2.
+pub fn reply_fields(ctx: Ctx, fields: &[(&CStr, i64)]) -> c_int {
+    let resp3 = is_resp3(ctx);
+    // SAFETY: ctx is live; names are static NUL-terminated strings.
+    unsafe {
+        if resp3 {
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, fields.len() as _);
+        } else {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, fields.len() as _);
+        }
+        for (name, value) in fields {
+            if resp3 {
+                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, name.as_ptr());
+            }
+            raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *value);
+        }
+    }
+    raw::Status::Ok as c_int
+}
+
+/// What a key holds, from this module's point of view.
+pub enum Slot<'k, T> {
+    Empty,
+    Ours(&'k mut T),
+    Foreign,
+}
+
+/// An open key, closed when dropped. At most one handle per key at a time.
+pub struct Key {
+    ptr: NonNull<raw::RedisModuleKey>,
+}
+
+impl Key {
+    pub fn open(ctx: Ctx, name: Str, write: bool) -> Key {
+        let mode = if write {
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
+        } else {
+            raw::REDISMODULE_READ
+        };
+        // SAFETY: ctx and name are live for the command. OpenKey never
+        // returns NULL for a valid name (it may return an empty key).
+        let ptr = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) };
+        Key {
+            ptr: NonNull::new(ptr.cast()).expect("OpenKey returned NULL"),
+        }
+    }
+
+    fn raw(&self) -> *mut raw::RedisModuleKey {
+        self.ptr.as_ptr()
+    }
+
+    /// The value if it is of type `ty` (whose values are `Box<T>` pointers).
+    pub fn get<T>(&mut self, ty: *mut raw::RedisModuleType) -> Slot<'_, T> {
+        // SAFETY: the key handle is open; a value of our type was stored by
+        // `set` below as a Box<T> and stays owned by the server.
+        unsafe {
+            let kind = raw::RedisModule_KeyType.unwrap()(self.raw()) as isize;
+            if kind == raw::REDISMODULE_KEYTYPE_EMPTY {
+                return Slot::Empty;
+            }
+            if kind != raw::REDISMODULE_KEYTYPE_MODULE
+                || raw::RedisModule_ModuleTypeGetType.unwrap()(self.raw()) != ty
+            {
+                return Slot::Foreign;
+            }
+            let value = raw::RedisModule_ModuleTypeGetValue.unwrap()(self.raw()).cast::<T>();
+            match value.as_mut() {
+                Some(value) => Slot::Ours(value),
+                None => Slot::Foreign,
+            }
+        }
+    }
+
+    /// Stores a new value (the server frees the old one through the type's
+    /// free callback). Drops the key's TTL: set the expiry afterwards.
+    pub fn set<T>(&mut self, ty: *mut raw::RedisModuleType, value: Box<T>) -> bool {
+        let ptr = Box::into_raw(value);
+        // SAFETY: the key is open for writing; ownership of `ptr` passes to the server.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.raw(), ty, ptr.cast::<c_void>())
+        };
+        if status != raw::Status::Ok as c_int {
+            // SAFETY: the server did not take the pointer; reclaim it.
+            drop(unsafe { Box::from_raw(ptr) });
+            return false;
+        }
+        true
+    }
+
+    /// Absolute expiry in Unix milliseconds.
+    pub fn expire_at(&mut self, at: Millis) {
+        // SAFETY: the key is open for writing and holds a value.
+        unsafe {
+            raw::RedisModule_SetAbsExpire.unwrap()(self.raw(), at.to_i64_saturating());
+        }
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        // SAFETY: the handle was opened by `open` and is closed exactly once.
+        unsafe { raw::RedisModule_CloseKey.unwrap()(self.raw()) }
+    }
+}
+
+/// Queues `command key blob` for replicas and the AOF. Returns false when the
+/// server refused it (it would otherwise be lost silently).
+pub fn replicate(ctx: Ctx, command: &CStr, key: Str, blob: &[u8]) -> bool {
+    // SAFETY: "sb" = a RedisModuleString then a (pointer, length) buffer,
+    // both copied by the server before it returns.
+    let status = unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx,
+            command.as_ptr(),
+            c"sb".as_ptr(),
+            key,
+            blob.as_ptr(),
+            blob.len(),
+        )
+    };
+    status == raw::Status::Ok as c_int
+}
+
+/// Real allocation size of a pointer from the server's allocator.
+pub fn malloc_size(ptr: *const c_void) -> usize {
+    if ptr.is_null() {
+        return 0;
+    }
+    // SAFETY: every heap allocation of this module goes through the
+    // server's allocator (the crate installs it as the global allocator).
+    unsafe { raw::RedisModule_MallocSize.unwrap()(ptr as *mut c_void) }
+}

@@ -1,0 +1,72 @@
+//! Counters for INFO (section `ratelimit_stats`). Commands run on the main
+//! thread; atomics only make the statics safe to share.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use valkey_module::{InfoContext, ValkeyResult};
+use valkey_module_macros::info_command_handler;
+
+use crate::core::limiter::Algorithm;
+
+pub struct Counters {
+    pub allowed: AtomicU64,
+    pub denied: AtomicU64,
+}
+
+const fn counters() -> Counters {
+    Counters {
+        allowed: AtomicU64::new(0),
+        denied: AtomicU64::new(0),
+    }
+}
+
+static TOKEN_BUCKET: Counters = counters();
+static FIXED_WINDOW: Counters = counters();
+static SLIDING_WINDOW: Counters = counters();
+static SLIDING_LOG: Counters = counters();
+static ERRORS: AtomicU64 = AtomicU64::new(0);
+
+fn of(algorithm: Algorithm) -> &'static Counters {
+    match algorithm {
+        Algorithm::TokenBucket => &TOKEN_BUCKET,
+        Algorithm::FixedWindow => &FIXED_WINDOW,
+        Algorithm::SlidingWindow => &SLIDING_WINDOW,
+        Algorithm::SlidingLog => &SLIDING_LOG,
+    }
+}
+
+pub fn record(algorithm: Algorithm, allowed: bool) {
+    let counters = of(algorithm);
+    let counter = if allowed {
+        &counters.allowed
+    } else {
+        &counters.denied
+    };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+pub fn record_error() {
+    ERRORS.fetch_add(1, Ordering::Relaxed);
+}
+
+#[info_command_handler]
+fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed).to_string();
+    let mut section = ctx.builder().add_section("stats");
+    for (name, algorithm) in [
+        ("tokenbucket", Algorithm::TokenBucket),
+        ("window", Algorithm::FixedWindow),
+        ("sliding_window", Algorithm::SlidingWindow),
+        ("slidinglog", Algorithm::SlidingLog),
+    ] {
+        let counters = of(algorithm);
+        section = section
+            .field(&format!("{name}_allowed"), get(&counters.allowed))?
+            .field(&format!("{name}_denied"), get(&counters.denied))?;
+    }
+    section
+        .field("errors", get(&ERRORS))?
+        .build_section()?
+        .build_info()?;
+    Ok(())
+}

@@ -1,0 +1,8 @@
+//! The Valkey glue: thin, and each concern in one file.
+
+pub mod commands;
+pub mod datatype;
+pub mod ffi;
+pub mod metrics;
+pub mod register;
+pub mod replication;

@@ -1,0 +1,169 @@
+//! Command registration: names, flags, key positions, arity, docs and ACL
+//! categories, in one table. Every entry point catches panics, so a bug
+//! becomes an error reply instead of a crashed server.
+
+use std::ffi::{c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use valkey_module::raw;
+
+use super::ffi::{self, Ctx, Str};
+use super::{commands, replication};
+
+pub const ACL_CATEGORY: &CStr = c"ratelimit";
+
+type Handler = fn(Ctx, &[Str]) -> c_int;
+type Entry = unsafe extern "C" fn(Ctx, *mut Str, c_int) -> c_int;
+
+struct Spec {
+    name: &'static CStr,
+    entry: Entry,
+    flags: &'static CStr,
+    /// Negative: at least that many arguments, the command name included.
+    arity: c_int,
+    summary: &'static CStr,
+    complexity: &'static CStr,
+    acl_categories: Option<&'static CStr>,
+}
+
+fn guard(ctx: Ctx, argv: *mut Str, argc: c_int, handler: Handler) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the server passes `argc` live argument strings.
+        let args = unsafe { std::slice::from_raw_parts(argv, usize::try_from(argc).unwrap_or(0)) };
+        if args.len() < 2 {
+            return ffi::reply_error(ctx, "ERR wrong number of arguments");
+        }
+        handler(ctx, args)
+    }));
+    outcome.unwrap_or_else(|_| {
+        ffi::reply_error(
+            ctx,
+            "ERR internal error in the ratelimit module (please report it)",
+        )
+    })
+}
+
+macro_rules! entry_point {
+    ($name:ident, $handler:path) => {
+        /// # Safety
+        /// Called by the server with a live context and `argc` arguments.
+        unsafe extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+            guard(ctx, argv, argc, $handler)
+        }
+    };
+}
+
+entry_point!(token_bucket_entry, commands::token_bucket);
+entry_point!(window_entry, commands::window);
+entry_point!(sliding_log_entry, commands::sliding_log);
+entry_point!(apply_entry, apply_handler);
+
+fn apply_handler(ctx: Ctx, argv: &[Str]) -> c_int {
+    if argv.len() != 3 {
+        return ffi::reply_error(ctx, "ERR wrong number of arguments for 'rl.apply' command");
+    }
+    replication::apply_command(ctx, argv)
+}
+
+const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
+
+static COMMANDS: [Spec; 4] = [
+    Spec {
+        name: c"RL.TOKENBUCKET",
+        entry: token_bucket_entry,
+        flags: LIMITER_FLAGS,
+        arity: -5,
+        summary: c"Takes COST tokens from a token bucket of `capacity` refilled at `refill_amount` per `refill_period`, if that many are there.",
+        complexity: c"O(1)",
+        acl_categories: Some(ACL_CATEGORY),
+    },
+    Spec {
+        name: c"RL.WINDOW",
+        entry: window_entry,
+        flags: LIMITER_FLAGS,
+        arity: -4,
+        summary: c"Counts COST in a fixed window (or, with SLIDING, a sliding window counter) of `period`, if it stays within `limit`.",
+        complexity: c"O(1)",
+        acl_categories: Some(ACL_CATEGORY),
+    },
+    Spec {
+        name: c"RL.SLIDINGLOG",
+        entry: sliding_log_entry,
+        flags: LIMITER_FLAGS,
+        arity: -4,
+        summary: c"Logs COST in an exact sliding log of `period`, if the cost logged in the last `period` stays within `limit`.",
+        complexity: c"O(1) amortized. A denied request also walks the oldest entries that must expire before it fits.",
+        acl_categories: Some(ACL_CATEGORY),
+    },
+    Spec {
+        name: c"RL.APPLY",
+        entry: apply_entry,
+        // admin: only replication, AOF loading and administrators run it.
+        flags: c"write deny-oom admin",
+        arity: 3,
+        summary: c"Internal: applies a limiter change propagated by the RL commands (replication and AOF).",
+        complexity: c"O(1), or O(N) for a whole sliding log of N entries (AOF rewrite).",
+        acl_categories: None,
+    },
+];
+
+static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+};
+
+pub const SINCE: &CStr = c"0.1.0";
+
+/// Registers the ACL category and every command. Err names what failed.
+pub fn register_all(ctx: Ctx) -> Result<(), String> {
+    // SAFETY: called once from the module's OnLoad with its context; every
+    // string passed is static and NUL-terminated.
+    unsafe {
+        if raw::RedisModule_AddACLCategory.unwrap()(ctx, ACL_CATEGORY.as_ptr())
+            != raw::Status::Ok as c_int
+        {
+            return Err("could not add the ACL category 'ratelimit'".into());
+        }
+        for spec in &COMMANDS {
+            let name = spec.name.to_string_lossy();
+            let created = raw::RedisModule_CreateCommand.unwrap()(
+                ctx,
+                spec.name.as_ptr(),
+                Some(spec.entry),
+                spec.flags.as_ptr(),
+                1,
+                1,
+                1,
+            );
+            if created != raw::Status::Ok as c_int {
+                return Err(format!("could not create {name}"));
+            }
+            let command = raw::RedisModule_GetCommand.unwrap()(ctx, spec.name.as_ptr());
+            let info = raw::RedisModuleCommandInfo {
+                version: &INFO_VERSION,
+                summary: spec.summary.as_ptr(),
+                complexity: spec.complexity.as_ptr(),
+                since: SINCE.as_ptr(),
+                history: std::ptr::null_mut(),
+                tips: c"nondeterministic_output".as_ptr(),
+                arity: spec.arity,
+                key_specs: std::ptr::null_mut(),
+                args: std::ptr::null_mut(),
+            };
+            if raw::RedisModule_SetCommandInfo.unwrap()(command, &info) != raw::Status::Ok as c_int
+            {
+                return Err(format!("could not set the command info of {name}"));
+            }
+            if let Some(categories) = spec.acl_categories {
+                if raw::RedisModule_SetCommandACLCategories.unwrap()(command, categories.as_ptr())
+                    != raw::Status::Ok as c_int
+                {
+                    return Err(format!("could not set the ACL categories of {name}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}

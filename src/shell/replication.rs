@@ -1,0 +1,91 @@
+//! Replication and the AOF carry effects, not decisions. A command that
+//! changes a limiter queues one `RL.APPLY key <effect>`: the new state of a
+//! token bucket or window (about 50 bytes), or one logged request of a
+//! sliding log (34 bytes, however long the log). Applying it reads no clock
+//! and decides nothing, so replicas and AOF replay reach exactly the
+//! primary's state. Requests that change nothing propagate nothing.
+
+use std::ffi::{c_int, CStr};
+
+use valkey_module::raw;
+
+use super::datatype::raw_type;
+use super::ffi::{self, Ctx, Key, Slot, Str};
+use crate::core::codec;
+use crate::core::limiter::{Effect, Limiter};
+use crate::core::sliding_log::SlidingLog;
+
+/// Internal: flagged admin, so only users granted @admin (or the replication
+/// link and AOF loading, which run unchecked) may call it.
+pub const APPLY_COMMAND: &CStr = c"RL.APPLY";
+
+pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Applies an effect to an open key and sets the key's expiry. Err carries
+/// the error reply when the key holds something the effect cannot apply to.
+pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
+    let ty = raw_type();
+    let expires_at = match key.get::<Limiter>(ty) {
+        Slot::Foreign => return Err(WRONGTYPE),
+        Slot::Ours(current) => match (current, effect) {
+            (current, Effect::Replace(limiter)) => {
+                *current = limiter;
+                current.expires_at()
+            }
+            (Limiter::SlidingLog(log), Effect::LogRecord(record)) => {
+                log.apply(record);
+                log.empty_at()
+            }
+            (_, Effect::LogRecord(_)) => return Err(WRONGTYPE),
+        },
+        Slot::Empty => {
+            let limiter = match effect {
+                Effect::Replace(limiter) => limiter,
+                Effect::LogRecord(record) => {
+                    let mut log = SlidingLog::new(record.params);
+                    log.apply(record);
+                    Limiter::SlidingLog(Box::new(log))
+                }
+            };
+            let at = limiter.expires_at();
+            if !key.set(ty, Box::new(limiter)) {
+                return Err("ERR could not store the limiter");
+            }
+            at
+        }
+    };
+    key.expire_at(expires_at);
+    Ok(())
+}
+
+/// Applies the effect of a command to its key and queues it for replicas
+/// and the AOF.
+pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<(), &'static str> {
+    // Encoded before it is applied (applying consumes it), sent after.
+    let mut blob = Vec::with_capacity(64);
+    codec::encode_effect(&effect, &mut blob);
+    apply(key, effect)?;
+    if ffi::replicate(ctx, APPLY_COMMAND, key_name, &blob) {
+        Ok(())
+    } else {
+        Err("ERR the server refused to propagate the change")
+    }
+}
+
+/// `RL.APPLY key effect`: what replicas and the AOF execute. Deterministic,
+/// so it is passed on verbatim (to sub-replicas and this node's AOF).
+pub fn apply_command(ctx: Ctx, argv: &[Str]) -> c_int {
+    let Some(effect) = codec::decode_effect(ffi::bytes(argv[2])) else {
+        return ffi::reply_error(
+            ctx,
+            "ERR RL.APPLY payload is invalid or from a newer version",
+        );
+    };
+    let mut key = Key::open(ctx, argv[1], true);
+    if let Err(message) = apply(&mut key, effect) {
+        return ffi::reply_error(ctx, message);
+    }
+    // SAFETY: ctx is the live command context.
+    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
+    ffi::reply_ok(ctx)
+}
