@@ -11,6 +11,17 @@ use valkey_module::{valkey_module, Context, Status, ValkeyString};
 
 use shell::datatype::RATELIMIT_TYPE;
 
+// Inside the server every allocation goes through Valkey's allocator (so
+// MEMORY USAGE and used_memory see it); unit tests run without a server.
+#[cfg(not(test))]
+type Allocator = valkey_module::alloc::ValkeyAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = valkey_module::alloc::ValkeyAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
 fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
     shell::datatype::set_module_options(ctx.ctx);
     match shell::register::register_all(ctx.ctx) {
@@ -25,7 +36,7 @@ fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
 valkey_module! {
     name: "ratelimit",
     version: 100,
-    allocator: (valkey_module::alloc::ValkeyAlloc, valkey_module::alloc::ValkeyAlloc),
+    allocator: (Allocator, ALLOCATOR),
     data_types: [RATELIMIT_TYPE],
     init: init,
     commands: [],

@@ -109,8 +109,7 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
             };
             let last = Millis(r.u64()?);
             let level = (u128::from(r.u64()?) << 64) | u128::from(r.u64()?);
-            let bucket = TokenBucket::new(params, last, level);
-            Limiter::TokenBucket(Some(bucket).filter(TokenBucket::is_valid)?)
+            Limiter::TokenBucket(TokenBucket::restored(params, last, level)?)
         }
         k if k == Algorithm::FixedWindow as u8 || k == Algorithm::SlidingWindow as u8 => {
             let sliding = k == Algorithm::SlidingWindow as u8;
