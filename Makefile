@@ -10,7 +10,7 @@ PORT ?= 6379
 export VALKEY_SERVER
 export RL_MODULE := $(MODULE)
 
-.PHONY: setup build run test lint unit integration clean
+.PHONY: setup build run test lint unit integration bench bench-quick clean
 
 setup:
 	@bash scripts/setup.sh
@@ -37,6 +37,20 @@ integration: build
 
 test: setup lint build
 	$(CARGO) test --release
+
+# Benchmarks: see bench/bench.py. The chart needs matplotlib, installed from
+# PyPI into target/bench-venv on first use (the table does not need it).
+BENCH_PY := $(CURDIR)/target/bench-venv/bin/python
+
+$(BENCH_PY):
+	python3 -m venv $(CURDIR)/target/bench-venv
+	$(BENCH_PY) -m pip install --quiet matplotlib || echo "matplotlib unavailable: the chart will be skipped"
+
+bench: build $(BENCH_PY)
+	$(BENCH_PY) bench/bench.py
+
+bench-quick: build
+	python3 bench/bench.py --quick
 
 clean:
 	$(CARGO) clean

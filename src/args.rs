@@ -53,13 +53,19 @@ fn count(text: &[u8], name: &str) -> Result<u64, ArgError> {
 pub fn parse_duration(text: &[u8]) -> Option<Millis> {
     let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
     let (number, unit) = text.split_at(digits);
-    let scale: u64 = match unit.to_ascii_lowercase().as_slice() {
-        b"" | b"s" => 1000,
-        b"ms" => 1,
-        b"m" => 60_000,
-        b"h" => 3_600_000,
-        b"d" => 86_400_000,
-        _ => return None,
+    let unit_is = |name: &[u8]| unit.eq_ignore_ascii_case(name);
+    let scale: u64 = if unit.is_empty() || unit_is(b"s") {
+        1000
+    } else if unit_is(b"ms") {
+        1
+    } else if unit_is(b"m") {
+        60_000
+    } else if unit_is(b"h") {
+        3_600_000
+    } else if unit_is(b"d") {
+        86_400_000
+    } else {
+        return None;
     };
     parse_u64(number)?
         .checked_mul(scale)

@@ -4,7 +4,8 @@
 //! not have written is refused, never trusted.
 //!
 //! Layout: a format version byte, a kind byte, then little-endian u64 fields;
-//! a sliding log's entries follow as (gap, count) varint pairs, the first
+//! a sliding log has its entry count, then its entries as (gap, count) varint
+//! pairs, the first
 //! gap counted from time 0.
 
 use super::limiter::{Algorithm, Effect, Limiter};
@@ -82,6 +83,7 @@ pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
             put(out, log.params.limit);
             put(out, log.params.period.0);
             put(out, log.last_update().0);
+            put(out, log.entries().count() as u64);
             let mut previous = None;
             for (time, count) in log.entries() {
                 // The oldest entry carries its absolute time, the others their gap.
@@ -137,9 +139,10 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
                 period: r.period()?,
             };
             let last = Millis(r.u64()?);
+            let count = r.u64()?;
             let mut entries = Vec::new();
             let mut time: Option<Millis> = None;
-            while !r.at_end() {
+            for _ in 0..count {
                 let gap = r.varint()?;
                 let count = r.varint()?;
                 let at = match time {

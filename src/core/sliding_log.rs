@@ -13,7 +13,7 @@
 //! decision stays the same without it. Either way the log holds at most
 //! `limit + 1` entries.
 
-use super::{until, varint, Millis, Outcome, RetryAfter};
+use super::{until, varint, Millis, Outcome, RetryAfter, MAX_COUNT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogParams {
@@ -21,7 +21,7 @@ pub struct LogParams {
     pub period: Millis,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct SlidingLog {
     pub params: LogParams,
     /// Time of the latest update (the newest entry's time when there is one);
@@ -38,6 +38,19 @@ pub struct SlidingLog {
     tail: usize,
     bytes: Vec<u8>,
 }
+
+/// Two logs are equal when they hold the same entries, whatever the layout
+/// of their buffers (dead bytes, where the oldest entry starts).
+impl PartialEq for SlidingLog {
+    fn eq(&self, other: &SlidingLog) -> bool {
+        self.params == other.params
+            && self.last == other.last
+            && self.total == other.total
+            && self.entries().eq(other.entries())
+    }
+}
+
+impl Eq for SlidingLog {}
 
 /// The effect of one logged request: applying it is deterministic, so a
 /// replica or an AOF replay reaches exactly the primary's log.
@@ -144,7 +157,7 @@ impl SlidingLog {
         }
         self.last = at;
         while let Some(oldest) = decode(&self.bytes, self.head) {
-            if self.total - oldest.count > self.params.limit {
+            if self.total.saturating_sub(oldest.count) > self.params.limit {
                 self.pop_front();
             } else {
                 break;
@@ -153,31 +166,41 @@ impl SlidingLog {
         self.reclaim();
     }
 
-    /// Appends an entry at `at` (>= every entry's time).
+    /// Appends an entry at `at` (>= every entry's time). An entry's count is
+    /// capped at `limit + 1`: while it is in the window it alone denies every
+    /// request, and a larger count would change no decision, only risk
+    /// overflow (COUNTDENIED traffic in one millisecond).
     pub(crate) fn push(&mut self, at: Millis, count: u64) {
+        let cap = self.params.limit.saturating_add(1);
         if self.is_empty() {
             self.bytes.clear();
             self.head = 0;
             self.tail = 0;
             self.first = at;
-            encode(&mut self.bytes, 0, count);
+            self.total = count.min(cap);
+            encode(&mut self.bytes, 0, self.total);
         } else if at == self.last {
             let newest = decode(&self.bytes, self.tail).unwrap_or(Entry {
                 gap: 0,
                 count: 0,
                 end: self.tail,
             });
+            // An entry already above the cap (written under a larger limit) keeps its count.
+            let merged = newest
+                .count
+                .saturating_add(count)
+                .min(cap.max(newest.count));
             self.bytes.truncate(self.tail);
-            encode(
-                &mut self.bytes,
-                newest.gap,
-                newest.count.saturating_add(count),
-            );
+            encode(&mut self.bytes, newest.gap, merged);
+            self.total = self
+                .total
+                .saturating_sub(newest.count)
+                .saturating_add(merged);
         } else {
             self.tail = self.bytes.len();
-            encode(&mut self.bytes, at.0 - self.last.0, count);
+            encode(&mut self.bytes, at.0 - self.last.0, count.min(cap));
+            self.total = self.total.saturating_add(count.min(cap));
         }
-        self.total = self.total.saturating_add(count);
         self.last = at;
     }
 
@@ -185,7 +208,7 @@ impl SlidingLog {
         let Some(oldest) = decode(&self.bytes, self.head) else {
             return;
         };
-        self.total -= oldest.count;
+        self.total = self.total.saturating_sub(oldest.count);
         self.head = oldest.end;
         match decode(&self.bytes, self.head) {
             Some(next) => self.first = self.first.saturating_add(Millis(next.gap)),
@@ -210,8 +233,10 @@ impl SlidingLog {
         }
     }
 
-    /// Rebuilds a log from its entries (oldest first); `None` when they are
-    /// not strictly increasing in time, a count is 0, or the sum overflows.
+    /// Rebuilds a log from its entries (oldest first), exactly as they were
+    /// (an entry written under a larger limit keeps its count); `None` when
+    /// they are not strictly increasing in time, a count is 0 or above any
+    /// count this code writes, or the sum overflows.
     pub fn from_entries(
         params: LogParams,
         last: Millis,
@@ -220,11 +245,19 @@ impl SlidingLog {
         let mut log = SlidingLog::new(params);
         let mut previous: Option<Millis> = None;
         for (time, count) in entries {
-            if count == 0 || previous.is_some_and(|p| time <= p) {
+            if count == 0 || count > MAX_COUNT + 1 || previous.is_some_and(|p| time <= p) {
                 return None;
             }
-            log.total.checked_add(count)?;
-            log.push(time, count);
+            let total = log.total.checked_add(count)?;
+            if log.is_empty() {
+                log.first = time;
+                encode(&mut log.bytes, 0, count);
+            } else {
+                log.tail = log.bytes.len();
+                encode(&mut log.bytes, time.0 - log.last.0, count);
+            }
+            log.total = total;
+            log.last = time;
             previous = Some(time);
         }
         if previous.is_some_and(|p| p != last) {
@@ -264,12 +297,12 @@ pub fn decide(
         if expires(time) > at {
             break;
         }
-        live_total -= count;
+        live_total = live_total.saturating_sub(count);
     }
 
-    let allowed = cost <= limit && live_total + cost <= limit;
+    let allowed = cost <= limit && live_total.saturating_add(cost) <= limit;
     let logged = cost > 0 && (allowed || (count_denied && cost <= limit));
-    let total_after = live_total + if logged { cost } else { 0 };
+    let total_after = live_total.saturating_add(if logged { cost } else { 0 });
     let newest = if logged {
         Some(at)
     } else if live_total > 0 {
@@ -284,11 +317,11 @@ pub fn decide(
         RetryAfter::Never
     } else {
         // The oldest entries must leave until `cost` fits.
-        let must_leave = total_after + cost - limit;
+        let must_leave = total_after.saturating_add(cost) - limit;
         let mut left = 0u64;
         let mut ready = newest.map(expires).unwrap_or(at);
         for (time, count) in live.by_ref() {
-            left += count;
+            left = left.saturating_add(count);
             if left >= must_leave {
                 ready = expires(time);
                 break;

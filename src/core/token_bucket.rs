@@ -116,7 +116,8 @@ impl TokenBucket {
 }
 
 /// Decides a request of `cost` tokens at `now`. Returns the outcome and, when
-/// the request changes the state, the new state.
+/// the request changes the state (it consumed tokens, or changed the
+/// parameters), the new state. A peek (cost 0) never changes it.
 pub fn decide(
     state: Option<&TokenBucket>,
     params: TokenBucketParams,
@@ -151,7 +152,10 @@ pub fn decide(
         retry_after,
         reset_after: until(next.full_at(), now),
     };
-    let changed = allowed && cost > 0;
+    // New parameters are stored even by a denied request: the reply was
+    // computed under them, so the bucket must go on refilling under them.
+    let reparametrised = state.is_some_and(|bucket| bucket.params != params);
+    let changed = cost > 0 && (allowed || reparametrised);
     (outcome, changed.then_some(next))
 }
 

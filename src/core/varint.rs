@@ -22,7 +22,9 @@ pub fn read(bytes: &[u8], pos: &mut usize) -> Option<u64> {
         }
         value |= bits << shift;
         if byte & 0x80 == 0 {
-            return Some(value);
+            // A zero last byte (after the first) is an overlong encoding,
+            // which `push` never writes.
+            return (shift == 0 || bits != 0).then_some(value);
         }
     }
     None
@@ -50,5 +52,7 @@ mod tests {
         assert_eq!(read(&[0x80], &mut pos), None);
         let mut pos = 0;
         assert_eq!(read(&[0xff; 11], &mut pos), None);
+        let mut pos = 0;
+        assert_eq!(read(&[0x85, 0x00], &mut pos), None);
     }
 }

@@ -9,7 +9,7 @@
 //!   estimate = current + previous * (period - elapsed) / period. The
 //!   comparison is cross-multiplied by `period`, so it is exact in integers.
 
-use super::{until, Millis, Outcome, RetryAfter};
+use super::{until, Millis, Outcome, RetryAfter, MAX_COUNT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WindowParams {
@@ -38,8 +38,10 @@ impl Window {
         }
     }
 
+    /// Counts never exceed the largest limit (a request is only counted when
+    /// it fits), and a fixed window has no previous count.
     pub fn is_valid(&self, sliding: bool) -> bool {
-        sliding || self.previous == 0
+        self.current <= MAX_COUNT && self.previous <= MAX_COUNT && (sliding || self.previous == 0)
     }
 
     /// When nothing counted is left: the key expires then. A sliding window
@@ -153,7 +155,7 @@ fn ready_at(window: &Window, sliding: bool, cost: u64) -> Millis {
         let slack = (u128::from(room) * p / u128::from(previous)).min(p);
         start.saturating_add(Millis((p - slack) as u64))
     };
-    if window.current + cost <= limit {
+    if window.current.saturating_add(cost) <= limit {
         fits_from(window.start, window.previous, limit - window.current - cost)
     } else {
         // Only once this window has become the previous one.

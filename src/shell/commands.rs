@@ -32,7 +32,11 @@ fn execute(
     let may_write = !options.dry_run && options.cost > 0;
     let mut key = Key::open(ctx, key_name, may_write);
     let now = ffi::now();
-    let (outcome, effect) = match key.get::<Limiter>(raw_type()) {
+    let slot = match key.as_mut() {
+        Some(key) => key.get::<Limiter>(raw_type()),
+        None => Slot::Empty,
+    };
+    let (outcome, effect) = match slot {
         Slot::Foreign => return fail(ctx, replication::WRONGTYPE),
         Slot::Ours(limiter) if limiter.algorithm() != algorithm => {
             let message = format!(
@@ -45,8 +49,8 @@ fn execute(
         Slot::Ours(limiter) => decide(Some(limiter), now),
         Slot::Empty => decide(None, now),
     };
-    if let Some(effect) = effect.filter(|_| may_write) {
-        if let Err(message) = replication::commit(ctx, &mut key, key_name, effect) {
+    if let (Some(effect), Some(key)) = (effect.filter(|_| may_write), key.as_mut()) {
+        if let Err(message) = replication::commit(ctx, key, key_name, effect) {
             return fail(ctx, message);
         }
     }

@@ -99,18 +99,17 @@ pub struct Key {
 }
 
 impl Key {
-    pub fn open(ctx: Ctx, name: Str, write: bool) -> Key {
+    /// `None` when the key is opened read-only and does not exist (the
+    /// server then hands out no handle).
+    pub fn open(ctx: Ctx, name: Str, write: bool) -> Option<Key> {
         let mode = if write {
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE
         } else {
             raw::REDISMODULE_READ
         };
-        // SAFETY: ctx and name are live for the command. OpenKey never
-        // returns NULL for a valid name (it may return an empty key).
+        // SAFETY: ctx and name are live for the command.
         let ptr = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) };
-        Key {
-            ptr: NonNull::new(ptr.cast()).expect("OpenKey returned NULL"),
-        }
+        NonNull::new(ptr.cast()).map(|ptr| Key { ptr })
     }
 
     fn raw(&self) -> *mut raw::RedisModuleKey {

@@ -66,37 +66,40 @@ fn apply_handler(ctx: Ctx, argv: &[Str]) -> c_int {
 }
 
 const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
+/// Core commands get @write/@fast from their flags; module commands get only
+/// what the module sets, so name them too (`+@write -@slow` users expect them).
+const LIMITER_CATEGORIES: &CStr = c"write fast ratelimit";
 
 static COMMANDS: [Spec; 4] = [
     Spec {
-        name: c"RL.TOKENBUCKET",
+        name: c"rl.tokenbucket",
         entry: token_bucket_entry,
         flags: LIMITER_FLAGS,
         arity: -5,
         summary: c"Takes COST tokens from a token bucket of `capacity` refilled at `refill_amount` per `refill_period`, if that many are there.",
         complexity: c"O(1)",
-        acl_categories: Some(ACL_CATEGORY),
+        acl_categories: Some(LIMITER_CATEGORIES),
     },
     Spec {
-        name: c"RL.WINDOW",
+        name: c"rl.window",
         entry: window_entry,
         flags: LIMITER_FLAGS,
         arity: -4,
         summary: c"Counts COST in a fixed window (or, with SLIDING, a sliding window counter) of `period`, if it stays within `limit`.",
         complexity: c"O(1)",
-        acl_categories: Some(ACL_CATEGORY),
+        acl_categories: Some(LIMITER_CATEGORIES),
     },
     Spec {
-        name: c"RL.SLIDINGLOG",
+        name: c"rl.slidinglog",
         entry: sliding_log_entry,
         flags: LIMITER_FLAGS,
         arity: -4,
         summary: c"Logs COST in an exact sliding log of `period`, if the cost logged in the last `period` stays within `limit`.",
         complexity: c"O(1) amortized. A denied request also walks the oldest entries that must expire before it fits.",
-        acl_categories: Some(ACL_CATEGORY),
+        acl_categories: Some(LIMITER_CATEGORIES),
     },
     Spec {
-        name: c"RL.APPLY",
+        name: c"rl.apply",
         entry: apply_entry,
         // admin: only replication, AOF loading and administrators run it.
         flags: c"write deny-oom admin",

@@ -17,7 +17,7 @@ use crate::core::sliding_log::SlidingLog;
 
 /// Internal: flagged admin, so only users granted @admin (or the replication
 /// link and AOF loading, which run unchecked) may call it.
-pub const APPLY_COMMAND: &CStr = c"RL.APPLY";
+pub const APPLY_COMMAND: &CStr = c"rl.apply";
 
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
@@ -81,7 +81,9 @@ pub fn apply_command(ctx: Ctx, argv: &[Str]) -> c_int {
             "ERR RL.APPLY payload is invalid or from a newer version",
         );
     };
-    let mut key = Key::open(ctx, argv[1], true);
+    let Some(mut key) = Key::open(ctx, argv[1], true) else {
+        return ffi::reply_error(ctx, "ERR could not open the key for writing");
+    };
     if let Err(message) = apply(&mut key, effect) {
         return ffi::reply_error(ctx, message);
     }

@@ -1,0 +1,323 @@
+#!/usr/bin/env python3
+"""make bench: throughput, latency and memory of the RL commands beside INCR,
+PING and the Lua scripts people deploy today, measured in one run.
+
+One valkey-server (persistence off, pinned to CPU 0 where taskset exists) and
+valkey-benchmark (pinned to CPU 1). Cases are interleaved A B C A B C, each
+repeated, and the median is reported. Writes bench/RESULTS.md and
+bench/ratios.png (when matplotlib is importable).
+"""
+
+import argparse
+import csv
+import io
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+MODULE = Path(os.environ.get("RL_MODULE", ROOT / "target/release/libvalkey_ratelimit.so"))
+SERVER = os.environ.get("VALKEY_SERVER") or shutil.which("valkey-server") or "valkey-server"
+BENCHMARK = shutil.which("valkey-benchmark") or "valkey-benchmark"
+CELL_MODULE = os.environ.get("CELL_MODULE")
+KEYSPACE = 100_000
+
+
+def pinned(cpu, argv):
+    return (["taskset", "-c", str(cpu)] + argv) if shutil.which("taskset") else argv
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Client:
+    """A minimal RESP2 client: enough to load scripts and read INFO."""
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.buf = b""
+
+    def send(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for a in args:
+            a = a if isinstance(a, bytes) else str(a).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            self.buf += self.sock.recv(65536)
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def read(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            while len(self.buf) < n + 2:
+                self.buf += self.sock.recv(65536)
+            data, self.buf = self.buf[:n], self.buf[n + 2:]
+            return data
+        if kind == b"*":
+            return [self.read() for _ in range(int(rest))]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+    def call(self, *args):
+        self.send(*args)
+        return self.read()
+
+    def pipeline(self, commands, batch=1000):
+        for i in range(0, len(commands), batch):
+            chunk = commands[i:i + batch]
+            for c in chunk:
+                self.send(*c)
+            for _ in chunk:
+                self.read()
+
+    def info(self, section):
+        text = self.call("INFO", section).decode()
+        return dict(l.split(":", 1) for l in text.splitlines() if ":" in l)
+
+
+class Server:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="rl-bench-")
+        self.port = free_port()
+        argv = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
+        if CELL_MODULE:
+            argv += ["--loadmodule", CELL_MODULE]
+        self.proc = subprocess.Popen(pinned(0, argv), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        for _ in range(100):
+            try:
+                self.client = Client(self.port)
+                self.client.call("PING")
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("valkey-server did not start")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def cases(server, with_lua):
+    """(name, group, argv) for valkey-benchmark; __rand_int__ spreads keys."""
+    c = server.client
+    sha = {}
+    if with_lua:
+        for name in ["token_bucket", "fixed_window", "sliding_window", "sliding_log"]:
+            sha[name] = c.call("SCRIPT", "LOAD", (BENCH / "lua" / f"{name}.lua").read_text()).decode()
+    out = [
+        ("PING", "floor", ["PING"]),
+        ("INCR", "floor", ["INCR", "k:__rand_int__"]),
+    ]
+    for keyname, label in [("__rand_int__", "random keys"), ("hot", "one hot key")]:
+        out += [
+            (f"RL.TOKENBUCKET ({label})", "rl", ["RL.TOKENBUCKET", f"tb:{keyname}", "1000000", "1000", "1s"]),
+            (f"RL.WINDOW ({label})", "rl", ["RL.WINDOW", f"fw:{keyname}", "1000000", "1m"]),
+            (f"RL.WINDOW SLIDING ({label})", "rl", ["RL.WINDOW", f"sw:{keyname}", "1000000", "1m", "SLIDING"]),
+        ]
+        for limit in (10, 1000, 100000):
+            out.append((f"RL.SLIDINGLOG limit {limit} ({label})", "rl",
+                        ["RL.SLIDINGLOG", f"sl{limit}:{keyname}", str(limit), "10s"]))
+    if with_lua:
+        out += [
+            ("Lua token bucket", "lua", ["EVALSHA", sha["token_bucket"], "1", "ltb:__rand_int__", "1000000", "1000", "1"]),
+            ("Lua fixed window", "lua", ["EVALSHA", sha["fixed_window"], "1", "lfw:__rand_int__", "1000000", "60"]),
+            ("Lua sliding window", "lua", ["EVALSHA", sha["sliding_window"], "1", "lsw:__rand_int__", "1000000", "60000"]),
+            ("Lua sliding log limit 1000", "lua", ["EVALSHA", sha["sliding_log"], "1", "lsl:__rand_int__", "1000", "10000"]),
+        ]
+    if CELL_MODULE:
+        out.append(("redis-cell CL.THROTTLE", "cell", ["CL.THROTTLE", "cell:__rand_int__", "1000000", "1000", "1"]))
+    return out
+
+
+def run_benchmark(port, argv, requests, pipeline):
+    cmd = pinned(1, [BENCHMARK, "-p", str(port), "-c", "50", "-n", str(requests), "-P", str(pipeline),
+                     "-r", str(KEYSPACE), "--csv"] + argv)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    row = rows[-1]
+    return float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"])
+
+
+def measure_throughput(server, todo, reps, requests):
+    results = {name: {1: [], 32: []} for name, _, _ in todo}
+    for rep in range(reps):
+        for pipeline, n in ((32, requests), (1, max(requests // 5, 1000))):
+            for name, _, argv in todo:
+                results[name][pipeline].append(run_benchmark(server.port, argv, n, pipeline))
+        print(f"  repetition {rep + 1}/{reps} done", file=sys.stderr)
+    med = {}
+    for name, by_p in results.items():
+        med[name] = {
+            "rps32": statistics.median(r[0] for r in by_p[32]),
+            "rps1": statistics.median(r[0] for r in by_p[1]),
+            "p50": statistics.median(r[1] for r in by_p[1]),
+            "p99": statistics.median(r[2] for r in by_p[1]),
+        }
+    return med
+
+
+def used_memory(c):
+    return int(c.info("memory")["used_memory"])
+
+
+def memory_per_limiter(server, count, with_lua):
+    """used_memory delta per key after creating `count` limiters of each kind."""
+    c = server.client
+    kinds = [
+        ("INCR counter", lambda i: ["INCR", f"m:inc:{i}"]),
+        ("RL.TOKENBUCKET", lambda i: ["RL.TOKENBUCKET", f"m:tb:{i}", "100", "1", "1h"]),
+        ("RL.WINDOW", lambda i: ["RL.WINDOW", f"m:fw:{i}", "100", "1h"]),
+        ("RL.WINDOW SLIDING", lambda i: ["RL.WINDOW", f"m:sw:{i}", "100", "1h", "SLIDING"]),
+        ("RL.SLIDINGLOG (1 entry)", lambda i: ["RL.SLIDINGLOG", f"m:sl:{i}", "100", "1h"]),
+    ]
+    if with_lua:
+        sha = c.call("SCRIPT", "LOAD", (BENCH / "lua" / "token_bucket.lua").read_text()).decode()
+        kinds.append(("Lua token bucket (hash)", lambda i: ["EVALSHA", sha, "1", f"m:ltb:{i}", "100", "1", "1"]))
+    out = {}
+    for name, make in kinds:
+        c.call("FLUSHALL", "SYNC")
+        before = used_memory(c)
+        c.pipeline([make(i) for i in range(count)])
+        out[name] = (used_memory(c) - before) / count
+    c.call("FLUSHALL", "SYNC")
+    return out
+
+
+def log_record(limit, period_ms, at_ms):
+    """The effect RL.APPLY takes for one logged request (src/core/codec.rs)."""
+    return struct.pack("<BBQQQQ", 1, 0x80, limit, period_ms, at_ms, 1)
+
+
+def sliding_log_entry_bytes(server, sizes, with_lua):
+    """Bytes per entry of one log holding N requests, each in its own
+    millisecond (a log built with RL.APPLY, as a replica would build it),
+    beside a Lua sorted-set log of N members."""
+    c = server.client
+    out = {}
+    now = int(c.call("TIME")[0]) * 1000
+    for n in sizes:
+        period = 3_600_000
+        gap = max(1, period // (n + 1))
+        start = now - gap * n
+        c.call("DEL", "m:log", "m:zlog")
+        c.pipeline([["RL.APPLY", "m:log", log_record(n, period, start + i * gap)] for i in range(n)])
+        got = c.call("RL.SLIDINGLOG", "m:log", str(n), "1h", "COST", "0")
+        assert got[2] == 0, f"log of {n} entries was not full: {got}"
+        rl = c.call("MEMORY", "USAGE", "m:log") / n
+        z = None
+        if with_lua:
+            c.pipeline([["ZADD", "m:zlog", str(start + i * gap), f"{start + i * gap}-{i}"] for i in range(n)])
+            z = c.call("MEMORY", "USAGE", "m:zlog") / n
+        out[n] = (rl, z)
+    c.call("DEL", "m:log", "m:zlog")
+    return out
+
+
+def table(throughput, memory, log_bytes, machine):
+    incr = throughput["INCR"]
+    lines = [f"Machine: {machine}", "",
+             "| case | ops/s (-P 32) | x INCR | p50 ms (-P 1) | p99 ms (-P 1) | p99 x INCR |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, m in throughput.items():
+        lines.append(f"| {name} | {m['rps32']:,.0f} | {m['rps32'] / incr['rps32']:.2f} | {m['p50']:.3f} | "
+                     f"{m['p99']:.3f} | {m['p99'] / incr['p99']:.2f} |")
+    lines += ["", "| memory per limiter (used_memory delta) | bytes |", "|---|---:|"]
+    for name, b in memory.items():
+        lines.append(f"| {name} | {b:.1f} |")
+    lines += ["", "| sliding log entries | RL.SLIDINGLOG bytes/entry | Lua sorted set bytes/entry |", "|---:|---:|---:|"]
+    for n, (rl, z) in log_bytes.items():
+        lines.append(f"| {n:,} | {rl:.2f} | {'' if z is None else f'{z:.2f}'} |")
+    return "\n".join(lines) + "\n"
+
+
+def chart(throughput, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not available: no chart", file=sys.stderr)
+        return False
+    incr = throughput["INCR"]["rps32"]
+    names = list(throughput)
+    ratios = [throughput[n]["rps32"] / incr for n in names]
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(names) + 1.5))
+    colors = ["#888" if n in ("PING", "INCR") else "#c33" if n.startswith(("Lua", "redis-cell")) else "#36c" for n in names]
+    ax.barh(names[::-1], ratios[::-1], color=colors[::-1])
+    ax.axvline(0.8, color="k", linestyle="--", linewidth=1)
+    ax.set_xlabel("throughput at pipeline 32, as a ratio to INCR (same run); dashed: the 0.8 target")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def machine():
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    version = subprocess.run([SERVER, "--version"], capture_output=True, text=True).stdout.split()[2]
+    return f"{os.cpu_count()} cores, {cpu}, Valkey {version.removeprefix('v=')}, server pinned to CPU 0 and valkey-benchmark to CPU 1" \
+        if shutil.which("taskset") else f"{os.cpu_count()} cores, {cpu}, Valkey {version}, unpinned"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a smoke run in under a minute")
+    parser.add_argument("--no-lua", action="store_true")
+    args = parser.parse_args()
+    reps, requests, limiters, log_sizes = (1, 100_000, 10_000, [10, 1000]) if args.quick \
+        else (3, 1_000_000, 100_000, [10, 1000, 100_000])
+    if not MODULE.exists():
+        sys.exit(f"{MODULE} is missing: run cargo build --release (make bench does)")
+    server = Server()
+    try:
+        with_lua = not args.no_lua
+        todo = cases(server, with_lua)
+        print(f"throughput and latency: {len(todo)} cases x 2 pipelines x {reps} repetitions", file=sys.stderr)
+        throughput = measure_throughput(server, todo, reps, requests)
+        server.client.call("FLUSHALL", "SYNC")
+        print("memory", file=sys.stderr)
+        memory = memory_per_limiter(server, limiters, with_lua)
+        log_bytes = sliding_log_entry_bytes(server, log_sizes, with_lua)
+        text = table(throughput, memory, log_bytes, machine())
+    finally:
+        server.stop()
+    print(text)
+    if not args.quick:
+        (BENCH / "RESULTS.md").write_text("# Benchmark results\n\nProduced by `make bench`.\n\n" + text)
+        chart(throughput, BENCH / "ratios.png")
+
+
+if __name__ == "__main__":
+    main()
