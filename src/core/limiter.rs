@@ -2,10 +2,10 @@
 //! change it. An effect is what replication and the AOF carry: applying it
 //! needs no clock and no decision, so every copy reaches the same state.
 
-use super::sliding_log::{LogRecord, SlidingLog};
-use super::token_bucket::TokenBucket;
-use super::window::Window;
-use super::Millis;
+use super::sliding_log::{self, LogRecord, SlidingLog};
+use super::token_bucket::{self, TokenBucket};
+use super::window::{self, Window};
+use super::{Millis, Outcome};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Limiter {
@@ -64,6 +64,19 @@ impl Limiter {
             Limiter::FixedWindow(window) => window.empty_at(false),
             Limiter::SlidingWindow(window) => window.empty_at(true),
             Limiter::SlidingLog(log) => log.empty_at(),
+        }
+    }
+
+    /// The limiter's state at `now` under its own parameters, as a peek
+    /// (`COST 0`) would report it.
+    pub fn peek(&self, now: Millis) -> Outcome {
+        match self {
+            Limiter::TokenBucket(bucket) => {
+                token_bucket::decide(Some(bucket), bucket.params, now, 0).0
+            }
+            Limiter::FixedWindow(w) => window::decide(Some(w), w.params, false, now, 0).0,
+            Limiter::SlidingWindow(w) => window::decide(Some(w), w.params, true, now, 0).0,
+            Limiter::SlidingLog(log) => sliding_log::decide(Some(log), log.params, now, 0, false).0,
         }
     }
 

@@ -55,6 +55,10 @@ fn execute(
         }
     }
     metrics::record(algorithm, outcome.allowed);
+    reply(ctx, &outcome)
+}
+
+fn reply(ctx: Ctx, outcome: &Outcome) -> c_int {
     ffi::reply_fields(
         ctx,
         &[
@@ -142,4 +146,17 @@ pub fn sliding_log(ctx: Ctx, argv: &[Str]) -> c_int {
             (outcome, record.map(Effect::LogRecord))
         },
     )
+}
+
+/// `RL.PEEK key`: the limiter's state under its own parameters, read-only
+/// (so it runs on replicas). Nil when the key holds no limiter (it is full).
+pub fn peek(ctx: Ctx, argv: &[Str]) -> c_int {
+    let Some(mut key) = Key::open(ctx, argv[1], false) else {
+        return ffi::reply_null(ctx);
+    };
+    match key.get::<Limiter>(raw_type()) {
+        Slot::Empty => ffi::reply_null(ctx),
+        Slot::Foreign => fail(ctx, replication::WRONGTYPE),
+        Slot::Ours(limiter) => reply(ctx, &limiter.peek(ffi::now())),
+    }
 }

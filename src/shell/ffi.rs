@@ -65,6 +65,11 @@ pub fn reply_ok(ctx: Ctx) -> c_int {
     unsafe { raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr()) }
 }
 
+pub fn reply_null(ctx: Ctx) -> c_int {
+    // SAFETY: ctx is the live command context.
+    unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) }
+}
+
 /// Replies with named integers: a map under RESP3, an array of the values
 /// (in order) under RESP2.
 pub fn reply_fields(ctx: Ctx, fields: &[(&CStr, i64)]) -> c_int {

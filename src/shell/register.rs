@@ -24,6 +24,31 @@ struct Spec {
     summary: &'static CStr,
     complexity: &'static CStr,
     acl_categories: Option<&'static CStr>,
+    /// Key spec flags of the one key at argument 1.
+    key_flags: u32,
+}
+
+/// Read-modify-write of the key, whose value the reply reveals.
+const KEY_UPDATE: u32 =
+    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+const KEY_READ: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
+/// RL.APPLY replaces or updates the value without revealing it.
+const KEY_APPLY: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+/// The key spec "the key at argument 1", plus the zeroed terminator the API
+/// expects. Leaked: registered once, for the life of the server.
+fn key_spec(flags: u32) -> *mut raw::RedisModuleCommandKeySpec {
+    // SAFETY: an all-zero key spec is the documented array terminator.
+    let terminator: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+    let mut spec = terminator;
+    spec.flags = u64::from(flags);
+    spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    spec.bs.index.pos = 1;
+    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    spec.fk.range.lastkey = 0;
+    spec.fk.range.keystep = 1;
+    spec.fk.range.limit = 0;
+    Box::leak(Box::new([spec, terminator])).as_mut_ptr()
 }
 
 fn guard(ctx: Ctx, argv: *mut Str, argc: c_int, handler: Handler) -> c_int {
@@ -57,6 +82,14 @@ entry_point!(token_bucket_entry, commands::token_bucket);
 entry_point!(window_entry, commands::window);
 entry_point!(sliding_log_entry, commands::sliding_log);
 entry_point!(apply_entry, apply_handler);
+entry_point!(peek_entry, peek_handler);
+
+fn peek_handler(ctx: Ctx, argv: &[Str]) -> c_int {
+    if argv.len() != 2 {
+        return ffi::reply_error(ctx, "ERR wrong number of arguments for 'rl.peek' command");
+    }
+    commands::peek(ctx, argv)
+}
 
 fn apply_handler(ctx: Ctx, argv: &[Str]) -> c_int {
     if argv.len() != 3 {
@@ -70,7 +103,7 @@ const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
 /// what the module sets, so name them too (`+@write -@slow` users expect them).
 const LIMITER_CATEGORIES: &CStr = c"write fast ratelimit";
 
-static COMMANDS: [Spec; 4] = [
+static COMMANDS: [Spec; 5] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
@@ -79,6 +112,7 @@ static COMMANDS: [Spec; 4] = [
         summary: c"Takes COST tokens from a token bucket of `capacity` refilled at `refill_amount` per `refill_period`, if that many are there.",
         complexity: c"O(1)",
         acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
     },
     Spec {
         name: c"rl.window",
@@ -88,6 +122,7 @@ static COMMANDS: [Spec; 4] = [
         summary: c"Counts COST in a fixed window (or, with SLIDING, a sliding window counter) of `period`, if it stays within `limit`.",
         complexity: c"O(1)",
         acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
     },
     Spec {
         name: c"rl.slidinglog",
@@ -97,6 +132,17 @@ static COMMANDS: [Spec; 4] = [
         summary: c"Logs COST in an exact sliding log of `period`, if the cost logged in the last `period` stays within `limit`.",
         complexity: c"O(1) amortized. A denied request also walks the oldest entries that must expire before it fits.",
         acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+    },
+    Spec {
+        name: c"rl.peek",
+        entry: peek_entry,
+        flags: c"readonly fast",
+        arity: 2,
+        summary: c"Returns a limiter's state under its own parameters without changing it; runs on replicas. Nil when the key holds no limiter.",
+        complexity: c"O(1), or O(N) for a sliding log whose N oldest entries have expired.",
+        acl_categories: Some(c"read fast ratelimit"),
+        key_flags: KEY_READ,
     },
     Spec {
         name: c"rl.apply",
@@ -107,6 +153,7 @@ static COMMANDS: [Spec; 4] = [
         summary: c"Internal: applies a limiter change propagated by the RL commands (replication and AOF).",
         complexity: c"O(1), or O(N) for a whole sliding log of N entries (AOF rewrite).",
         acl_categories: None,
+        key_flags: KEY_APPLY,
     },
 ];
 
@@ -152,7 +199,7 @@ pub fn register_all(ctx: Ctx) -> Result<(), String> {
                 history: std::ptr::null_mut(),
                 tips: c"nondeterministic_output".as_ptr(),
                 arity: spec.arity,
-                key_specs: std::ptr::null_mut(),
+                key_specs: key_spec(spec.key_flags),
                 args: std::ptr::null_mut(),
             };
             if raw::RedisModule_SetCommandInfo.unwrap()(command, &info) != raw::Status::Ok as c_int
