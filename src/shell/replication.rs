@@ -27,17 +27,21 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
     let ty = raw_type();
     let expires_at = match key.get::<Limiter>(ty) {
         Slot::Foreign => return Err(WRONGTYPE),
-        Slot::Ours(current) => match (current, effect) {
-            (current, Effect::Replace(limiter)) => {
-                *current = limiter;
-                current.expires_at()
+        Slot::Ours(current) => {
+            // The key's expiry was set from the state it holds; a window's
+            // stays put for the whole window, so only a change is written.
+            let before = current.expires_at();
+            match (&mut *current, effect) {
+                (current, Effect::Replace(limiter)) => *current = limiter,
+                (Limiter::SlidingLog(log), Effect::LogRecord(record)) => log.apply(record),
+                (_, Effect::LogRecord(_)) => return Err(WRONGTYPE),
             }
-            (Limiter::SlidingLog(log), Effect::LogRecord(record)) => {
-                log.apply(record);
-                log.empty_at()
+            let after = current.expires_at();
+            if after == before {
+                return Ok(());
             }
-            (_, Effect::LogRecord(_)) => return Err(WRONGTYPE),
-        },
+            after
+        }
         Slot::Empty => {
             let limiter = match effect {
                 Effect::Replace(limiter) => limiter,
@@ -58,18 +62,25 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
     Ok(())
 }
 
+thread_local! {
+    static EFFECT_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Applies the effect of a command to its key and queues it for replicas
 /// and the AOF.
 pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<(), &'static str> {
-    // Encoded before it is applied (applying consumes it), sent after.
-    let mut blob = Vec::with_capacity(64);
-    codec::encode_effect(&effect, &mut blob);
-    apply(key, effect)?;
-    if ffi::replicate(ctx, APPLY_COMMAND, key_name, &blob) {
-        Ok(())
-    } else {
-        Err("ERR the server refused to propagate the change")
-    }
+    // Encoded before it is applied (applying consumes it), sent after, in a
+    // buffer reused across calls: no allocation on this path.
+    EFFECT_BUFFER.with_borrow_mut(|blob| {
+        blob.clear();
+        codec::encode_effect(&effect, blob);
+        apply(key, effect)?;
+        if ffi::replicate(ctx, APPLY_COMMAND, key_name, blob) {
+            Ok(())
+        } else {
+            Err("ERR the server refused to propagate the change")
+        }
+    })
 }
 
 /// `RL.APPLY key effect`: what replicas and the AOF execute. Deterministic,
