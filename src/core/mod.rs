@@ -4,6 +4,8 @@
 
 pub mod codec;
 pub mod limiter;
+#[cfg(test)]
+mod model_tests;
 pub mod sliding_log;
 pub mod time;
 pub mod token_bucket;

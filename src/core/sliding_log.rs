@@ -236,7 +236,8 @@ impl SlidingLog {
     /// Rebuilds a log from its entries (oldest first), exactly as they were
     /// (an entry written under a larger limit keeps its count); `None` when
     /// they are not strictly increasing in time, a count is 0 or above any
-    /// count this code writes, or the sum overflows.
+    /// count this code writes, or the entries after the oldest exceed the
+    /// limit (`apply` would have dropped the oldest).
     pub fn from_entries(
         params: LogParams,
         last: Millis,
@@ -262,6 +263,14 @@ impl SlidingLog {
         }
         if previous.is_some_and(|p| p != last) {
             return None;
+        }
+        // `apply` always leaves the entries after the oldest within the limit
+        // (the rest would have been dropped); this also bounds the total far
+        // below u64::MAX, so no sum over the log can saturate.
+        if let Some(oldest) = decode(&log.bytes, log.head) {
+            if log.total - oldest.count > params.limit {
+                return None;
+            }
         }
         log.last = last;
         Some(log)

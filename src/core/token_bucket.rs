@@ -150,7 +150,12 @@ pub fn decide(
         limit: params.capacity,
         remaining: u64::try_from(after / period).unwrap_or(u64::MAX),
         retry_after,
-        reset_after: until(next.full_at(), now),
+        // A full bucket is full now, even if its time is ahead of a clock that went back.
+        reset_after: if after >= params.full_level() {
+            Millis::ZERO
+        } else {
+            until(next.full_at(), now)
+        },
     };
     // New parameters are stored even by a denied request: the reply was
     // computed under them, so the bucket must go on refilling under them.
