@@ -271,8 +271,16 @@ fn range_extremes_are_accepted() {
         assert!(r.allowed, "{cmd:?}: {r:?}");
         assert!(r.limit >= 1);
     }
-    // A full-size request on a full max-size bucket leaves 0; one more is denied.
-    let r = rl(&mut con, &argv!["RL.TOKENBUCKET", "tb4", &max, 1, "3650d"]);
+    // A full-size request on a full max-size bucket leaves 0; one more, in the
+    // same MULTI (same server time), is denied for exactly one refill period.
+    let replies = exec(
+        &mut con,
+        &[
+            argv!["RL.TOKENBUCKET", "tb5", &max, 1, "3650d", "COST", &max],
+            argv!["RL.TOKENBUCKET", "tb5", &max, 1, "3650d"],
+        ],
+    );
+    let r = Reply::parse(&replies[1]);
     assert!(!r.allowed && r.remaining == 0, "{r:?}");
     assert_eq!(
         r.retry_after, 315_360_000_000,

@@ -25,7 +25,12 @@ fn module_list_shows_ratelimit() {
                 .map(|i| string(&fields[i + 1]))
         })
         .collect();
-    assert_eq!(names, vec!["ratelimit"], "{v:?}");
+    // Valkey 9.1 lists its built-in `lua` module too.
+    assert_eq!(
+        names.iter().filter(|n| *n == "ratelimit").count(),
+        1,
+        "{v:?}"
+    );
 }
 
 #[test]

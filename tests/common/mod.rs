@@ -876,3 +876,8 @@ pub fn wait_for_rewrite(con: &mut Connection) {
         sleep(Duration::from_millis(20));
     }
 }
+
+// ---------------------------------------------------------------------------
+// Valkey Cluster (six nodes): see cluster.rs.
+
+pub mod cluster;
