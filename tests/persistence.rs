@@ -542,3 +542,21 @@ fn corrupted_restore_payloads_are_refused_or_harmless() {
     q(&mut con, &argv!["DEBUG", "RELOAD"]);
     server.assert_alive();
 }
+
+/// A limiter restored without a TTL (or PERSISTed) gets its computed expiry
+/// back at its next write, so an AOF rewrite (which replays through the
+/// same expiry rule) reproduces the live key exactly.
+#[test]
+fn a_write_restores_the_computed_expiry() {
+    let server = Server::start();
+    let mut con = server.conn();
+    rl(&mut con, &argv!["RL.WINDOW", "w", 10, "1h"]);
+    q(&mut con, &argv!["PERSIST", "w"]);
+    assert_eq!(int(&q(&mut con, &argv!["PTTL", "w"])), -1);
+    let r = rl(&mut con, &argv!["RL.WINDOW", "w", 10, "1h"]);
+    let pttl = int(&q(&mut con, &argv!["PTTL", "w"]));
+    assert!(
+        pttl > 0 && pttl <= r.reset_after,
+        "pttl {pttl}, reply {r:?}"
+    );
+}

@@ -142,12 +142,18 @@ fn watch_is_triggered_by_a_write_but_not_by_a_dryrun() {
         &mut other,
         &argv!["RL.SLIDINGLOG", "wk", 5, "1h", "COST", 0],
     );
+    // Nor does a denied request: it changes nothing.
+    let denied = rl(
+        &mut other,
+        &argv!["RL.SLIDINGLOG", "wk", 5, "1h", "COST", 5],
+    );
+    assert!(!denied.allowed, "{denied:?}");
     q(&mut con, &argv!["MULTI"]);
     q(&mut con, &argv!["PING"]);
     let v = raw(&mut con, &argv!["EXEC"]);
     assert!(
         matches!(v, Value::Array(_)),
-        "EXEC aborted after a DRYRUN by another client: {v:?}"
+        "EXEC aborted after a DRYRUN, a peek or a denial by another client: {v:?}"
     );
     // A real call does.
     q(&mut con, &argv!["WATCH", "wk"]);

@@ -12,7 +12,7 @@ use super::limiter::{Algorithm, Effect, Limiter};
 use super::sliding_log::{LogParams, LogRecord, SlidingLog};
 use super::token_bucket::{TokenBucket, TokenBucketParams};
 use super::window::{Window, WindowParams};
-use super::{varint, Millis, MAX_COUNT, MAX_PERIOD, MIN_PERIOD};
+use super::{varint, Millis, MAX_COUNT, MAX_PERIOD, MAX_TIME, MIN_PERIOD};
 
 pub const FORMAT_VERSION: u8 = 1;
 const LOG_RECORD: u8 = 0x80;
@@ -48,6 +48,10 @@ impl Reader<'_> {
         self.u64()
             .map(Millis)
             .filter(|p| (MIN_PERIOD..=MAX_PERIOD).contains(p))
+    }
+
+    fn time(&mut self) -> Option<Millis> {
+        self.u64().map(Millis).filter(|t| *t <= MAX_TIME)
     }
 
     fn varint(&mut self) -> Option<u64> {
@@ -109,7 +113,7 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
                 refill_amount: r.count()?,
                 refill_period: r.period()?,
             };
-            let last = Millis(r.u64()?);
+            let last = r.time()?;
             let level = (u128::from(r.u64()?) << 64) | u128::from(r.u64()?);
             Limiter::TokenBucket(TokenBucket::restored(params, last, level)?)
         }
@@ -120,7 +124,7 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
                     limit: r.count()?,
                     period: r.period()?,
                 },
-                start: Millis(r.u64()?),
+                start: r.time()?,
                 previous: r.u64()?,
                 current: r.u64()?,
             };
@@ -138,7 +142,7 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
                 limit: r.count()?,
                 period: r.period()?,
             };
-            let last = Millis(r.u64()?);
+            let last = r.time()?;
             let count = r.u64()?;
             let mut entries = Vec::new();
             let mut time: Option<Millis> = None;
@@ -149,6 +153,9 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
                     None => Millis(gap),
                     Some(t) => Millis(t.0.checked_add(gap)?),
                 };
+                if at > MAX_TIME {
+                    return None;
+                }
                 entries.push((at, count));
                 time = Some(at);
             }
@@ -187,8 +194,45 @@ pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
             limit: r.count()?,
             period: r.period()?,
         },
-        at: Millis(r.u64()?),
+        at: r.time()?,
         cost: r.count()?,
     };
     r.at_end().then_some(Effect::LogRecord(record))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::window::Window;
+
+    fn window_at(start: Millis) -> Vec<u8> {
+        let window = Window {
+            params: WindowParams {
+                limit: 10,
+                period: Millis(1000),
+            },
+            start,
+            previous: 0,
+            current: 1,
+        };
+        let mut out = Vec::new();
+        encode_limiter(&Limiter::FixedWindow(window), &mut out);
+        out
+    }
+
+    #[test]
+    fn refuses_times_beyond_max_time() {
+        assert!(decode_limiter(&window_at(MAX_TIME)).is_some());
+        assert!(decode_limiter(&window_at(Millis(MAX_TIME.0 + 1))).is_none());
+        // A log whose second entry lies beyond MAX_TIME (its gap would not
+        // survive the `gap << 1` encoding).
+        let mut log = vec![FORMAT_VERSION, Algorithm::SlidingLog as u8];
+        for word in [10, 1000, 1u64 << 63, 2] {
+            log.extend_from_slice(&word.to_le_bytes());
+        }
+        for value in [0, 1, 1u64 << 63, 1] {
+            varint::push(&mut log, value);
+        }
+        assert!(decode_limiter(&log).is_none());
+    }
 }

@@ -24,6 +24,11 @@ pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
 pub const MIN_PERIOD: Millis = Millis(1);
 pub const MAX_PERIOD: Millis = Millis(3650 * 24 * 60 * 60 * 1000);
 
+/// The latest time a stored state may carry: 2^53 ms, some 285,000 years.
+/// Loading refuses anything later, which keeps every time sum and a sliding
+/// log's `gap << 1` encoding far from overflow.
+pub const MAX_TIME: Millis = Millis(1 << 53);
+
 /// When a denied request could be allowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetryAfter {

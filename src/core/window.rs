@@ -68,11 +68,20 @@ impl Window {
             return Window { params, ..*self };
         }
         let start = now.align_down(period);
-        // Aligned windows roll over at `end`; after a period change the new
-        // alignment may not meet `end` exactly, and the old count then stays
-        // the "previous" window as long as it could overlap, erring on the
-        // side of fewer requests.
-        let previous = if start < end.saturating_add(period) {
+        // After a period change the stored window may not end where the new
+        // alignment starts. Err on the side of fewer requests: a count whose
+        // window still overlaps the new current window stays current, and it
+        // stays the previous window's as long as it could overlap that.
+        let stored_end = self.start.saturating_add(self.params.period);
+        if stored_end > start {
+            return Window {
+                params,
+                start,
+                previous: self.previous,
+                current: self.current,
+            };
+        }
+        let previous = if start < stored_end.max(end).saturating_add(period) {
             self.current
         } else {
             0
@@ -235,6 +244,15 @@ mod tests {
         assert_eq!(out.reset_after, Millis(1750));
         let (out, _) = decide(None, p, false, Millis(250), 1);
         assert_eq!(out.reset_after, Millis(750));
+    }
+
+    #[test]
+    fn a_shorter_period_keeps_the_current_count() {
+        let mut state = None;
+        assert!(run(&mut state, params(10, 1000), false, 999, 10).allowed);
+        // [0, 1000) still holds 10: a 300 ms window starting at 900 must too.
+        assert!(!run(&mut state, params(10, 300), false, 999, 10).allowed);
+        assert!(!run(&mut state, params(10, 300), true, 999, 10).allowed);
     }
 
     #[test]

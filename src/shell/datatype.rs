@@ -53,10 +53,12 @@ pub fn raw_type() -> *mut raw::RedisModuleType {
 }
 
 /// Loading reports I/O errors instead of aborting (needed for diskless
-/// loads), and keys of this type may be loaded asynchronously or migrated
-/// atomically: the type keeps no global state.
+/// loads); keys of this type may be loaded asynchronously or migrated
+/// atomically (the type keeps no global state); and modified keys are
+/// signalled explicitly, only when they change.
 pub fn set_module_options(ctx: ffi::Ctx) {
     let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int
+        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int
         | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD as c_int
         | HANDLE_ATOMIC_SLOT_MIGRATION;
     // SAFETY: called once from the module's init with its context.

@@ -159,11 +159,15 @@ impl Key {
         true
     }
 
-    /// Absolute expiry in Unix milliseconds.
+    /// Sets the absolute expiry in Unix milliseconds, unless the key already
+    /// has exactly that one (a window's stays put for the whole window).
     pub fn expire_at(&mut self, at: Millis) {
+        let at = at.to_i64_saturating();
         // SAFETY: the key is open for writing and holds a value.
         unsafe {
-            raw::RedisModule_SetAbsExpire.unwrap()(self.raw(), at.to_i64_saturating());
+            if raw::RedisModule_GetAbsExpire.unwrap()(self.raw()) != at {
+                raw::RedisModule_SetAbsExpire.unwrap()(self.raw(), at);
+            }
         }
     }
 }
@@ -172,6 +176,24 @@ impl Drop for Key {
     fn drop(&mut self) {
         // SAFETY: the handle was opened by `open` and is closed exactly once.
         unsafe { raw::RedisModule_CloseKey.unwrap()(self.raw()) }
+    }
+}
+
+/// Tells the server the key changed (WATCH, client-side caching). The module
+/// opts out of the implicit signal on every write-mode close, so a denied
+/// request does not abort other clients' transactions.
+pub fn signal_modified(ctx: Ctx, key: Str) {
+    // SAFETY: ctx and key are live for the command.
+    unsafe {
+        raw::RedisModule_SignalModifiedKey.unwrap()(ctx, key);
+    }
+}
+
+/// Writes a warning to the server log.
+pub fn log_warning(ctx: Ctx, message: &CStr) {
+    // SAFETY: ctx is live; "%s" with one NUL-terminated string.
+    unsafe {
+        raw::RedisModule_Log.unwrap()(ctx, c"warning".as_ptr(), c"%s".as_ptr(), message.as_ptr());
     }
 }
 

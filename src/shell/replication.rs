@@ -28,19 +28,12 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
     let expires_at = match key.get::<Limiter>(ty) {
         Slot::Foreign => return Err(WRONGTYPE),
         Slot::Ours(current) => {
-            // The key's expiry was set from the state it holds; a window's
-            // stays put for the whole window, so only a change is written.
-            let before = current.expires_at();
             match (&mut *current, effect) {
                 (current, Effect::Replace(limiter)) => *current = limiter,
                 (Limiter::SlidingLog(log), Effect::LogRecord(record)) => log.apply(record),
                 (_, Effect::LogRecord(_)) => return Err(WRONGTYPE),
             }
-            let after = current.expires_at();
-            if after == before {
-                return Ok(());
-            }
-            after
+            current.expires_at()
         }
         Slot::Empty => {
             let limiter = match effect {
@@ -75,11 +68,14 @@ pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<
         blob.clear();
         codec::encode_effect(&effect, blob);
         apply(key, effect)?;
-        if ffi::replicate(ctx, APPLY_COMMAND, key_name, blob) {
-            Ok(())
-        } else {
-            Err("ERR the server refused to propagate the change")
+        ffi::signal_modified(ctx, key_name);
+        // The change is made: the client is told its outcome either way. The
+        // server only refuses an unknown command or format, which would be a
+        // bug here, so say so loudly in the log.
+        if !ffi::replicate(ctx, APPLY_COMMAND, key_name, blob) {
+            ffi::log_warning(ctx, c"ratelimit: the server refused to propagate rl.apply; replicas and the AOF miss a change");
         }
+        Ok(())
     })
 }
 
@@ -98,6 +94,7 @@ pub fn apply_command(ctx: Ctx, argv: &[Str]) -> c_int {
     if let Err(message) = apply(&mut key, effect) {
         return ffi::reply_error(ctx, message);
     }
+    ffi::signal_modified(ctx, argv[1]);
     // SAFETY: ctx is the live command context.
     unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
     ffi::reply_ok(ctx)
