@@ -299,13 +299,11 @@ pub fn decide(
     let at = now.max(log.last);
     let expires = |time: Millis| time.saturating_add(period);
 
-    let mut live = log.entries().skip_while(|(time, _)| expires(*time) <= at);
+    // One pass: sum the expired prefix, and keep the iterator at the first
+    // live entry for the retry walk below.
+    let mut live = log.entries().peekable();
     let mut live_total = log.total;
-    // skip_while hides what it skipped, so sum the expired prefix separately.
-    for (time, count) in log.entries() {
-        if expires(time) > at {
-            break;
-        }
+    while let Some((_, count)) = live.next_if(|(time, _)| expires(*time) <= at) {
         live_total = live_total.saturating_sub(count);
     }
 

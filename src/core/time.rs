@@ -10,10 +10,6 @@ pub struct Millis(pub u64);
 impl Millis {
     pub const ZERO: Millis = Millis(0);
 
-    pub fn as_u64(self) -> u64 {
-        self.0
-    }
-
     pub fn saturating_add(self, other: Millis) -> Millis {
         Millis(self.0.saturating_add(other.0))
     }
@@ -36,9 +32,4 @@ impl Millis {
     pub fn to_i64_saturating(self) -> i64 {
         i64::try_from(self.0).unwrap_or(i64::MAX)
     }
-}
-
-/// `ceil(numerator / denominator)` for a positive denominator.
-pub fn div_ceil_u128(numerator: u128, denominator: u128) -> u128 {
-    numerator.div_ceil(denominator)
 }

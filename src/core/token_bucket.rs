@@ -7,7 +7,6 @@
 //! `refill_amount * d` scaled tokens, an integer, so no rounding ever happens
 //! while refilling, however odd the rate.
 
-use super::time::div_ceil_u128;
 use super::{until, Millis, Outcome, RetryAfter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,10 +27,7 @@ impl TokenBucketParams {
 
     /// Milliseconds needed to refill `deficit` scaled tokens.
     fn refill_time(&self, deficit: u128) -> Millis {
-        Millis::from_u128_saturating(div_ceil_u128(
-            deficit,
-            u128::from(self.refill_amount.max(1)),
-        ))
+        Millis::from_u128_saturating(deficit.div_ceil(u128::from(self.refill_amount.max(1))))
     }
 }
 
