@@ -1,6 +1,7 @@
 //! Argument parsing for the RL commands: pure, allocation-free on success, and
 //! every error names the argument it is about.
 
+use crate::core::gcra::{GcraParams, Interval, ParamError};
 use crate::core::sliding_log::LogParams;
 use crate::core::token_bucket::TokenBucketParams;
 use crate::core::window::WindowParams;
@@ -204,6 +205,63 @@ pub fn sliding_log(args: &(impl Args + ?Sized)) -> Result<(LogParams, Options), 
     Ok((params, options(args, 2, Some("COUNTDENIED"))?))
 }
 
+fn gcra_params(params: GcraParams, burst_name: &str) -> Result<GcraParams, ArgError> {
+    match params.check() {
+        Ok(()) => Ok(params),
+        Err(ParamError::RateTooHigh) => Err(ArgError(
+            "ERR the rate must be at most one request per nanosecond of period (10^9 per second)"
+                .to_string(),
+        )),
+        Err(ParamError::ToleranceTooLong) => Err(ArgError(format!(
+            "ERR {burst_name} x period / rate must stay below 2^94 ns (about 627 billion years)"
+        ))),
+    }
+}
+
+/// `burst rate period [COST n] [DRYRUN]`
+pub fn gcra(args: &(impl Args + ?Sized)) -> Result<(GcraParams, Options), ArgError> {
+    need(args, 3, "RL.GCRA key burst rate period [COST n] [DRYRUN]")?;
+    let params = GcraParams {
+        limit: count(args.get(0), "burst")?,
+        rate: count(args.get(1), "rate")?,
+        period: duration(args.get(2), "period")?,
+        interval: Interval::RoundUp,
+    };
+    Ok((gcra_params(params, "burst")?, options(args, 3, None)?))
+}
+
+/// `max_burst count_per_period period [quantity]`, redis-cell's arguments
+/// (CL.THROTTLE and RL.THROTTLE): the limit is `max_burst + 1`; a bare
+/// period is seconds, as there, and units are accepted too.
+pub fn throttle(
+    args: &(impl Args + ?Sized),
+    command: &str,
+    interval: Interval,
+) -> Result<(GcraParams, u64), ArgError> {
+    if !(3..=4).contains(&args.count()) {
+        return Err(ArgError(format!(
+            "ERR wrong number of arguments: {command} key max_burst count_per_period period [quantity]"
+        )));
+    }
+    let max_burst = parse_u64(args.get(0))
+        .filter(|n| *n < MAX_COUNT)
+        .ok_or_else(|| must_be("max_burst", "an integer from 0 to 999999999999999"))?;
+    let params = GcraParams {
+        limit: max_burst + 1,
+        rate: count(args.get(1), "count_per_period")?,
+        period: duration(args.get(2), "period")?,
+        interval,
+    };
+    let quantity = if args.count() == 4 {
+        parse_u64(args.get(3))
+            .filter(|n| *n <= MAX_COUNT)
+            .ok_or_else(|| must_be("quantity", COST_RANGE))?
+    } else {
+        1
+    };
+    Ok((gcra_params(params, "(max_burst + 1)")?, quantity))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,6 +327,39 @@ mod tests {
             .contains("DRYRUN is given more than once"));
         assert!(err(tb(&["10", "1", "1s", "SLIDING"])).starts_with("ERR unknown option 'SLIDING'"));
         assert!(err(tb(&["10", "1"])).starts_with("ERR wrong number of arguments"));
+    }
+
+    #[test]
+    fn gcra_and_throttle_arguments() {
+        let args: Vec<&[u8]> = vec![b"10", b"5", b"1s", b"COST", b"2"];
+        let (p, o) = gcra(args.as_slice()).unwrap();
+        assert_eq!(
+            (p.limit, p.rate, p.period, o.cost),
+            (10, 5, Millis(1000), 2)
+        );
+        let args: Vec<&[u8]> = vec![b"15", b"30", b"60"];
+        let (p, q) = throttle(args.as_slice(), "CL.THROTTLE", Interval::RedisCell).unwrap();
+        assert_eq!((p.limit, p.rate, p.period, q), (16, 30, Millis(60_000), 1));
+        let args: Vec<&[u8]> = vec![b"0", b"1", b"250ms", b"0"];
+        let (p, q) = throttle(args.as_slice(), "CL.THROTTLE", Interval::RedisCell).unwrap();
+        assert_eq!((p.limit, p.period, q), (1, Millis(250), 0));
+        let bad = |words: &[&str]| {
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+            throttle(args.as_slice(), "CL.THROTTLE", Interval::RedisCell)
+                .unwrap_err()
+                .0
+        };
+        assert!(bad(&["-1", "1", "1"]).starts_with("ERR max_burst must be"));
+        assert!(bad(&["1", "0", "1"]).starts_with("ERR count_per_period must be"));
+        assert!(bad(&["1", "1", "0"]).starts_with("ERR period must be"));
+        assert!(bad(&["1", "1", "1", "-1"]).starts_with("ERR quantity must be"));
+        assert!(bad(&["1", "1", "1", "1", "1"]).starts_with("ERR wrong number of arguments"));
+        assert!(bad(&["1", "1000000001", "1"]).contains("one request per nanosecond"));
+        let args: Vec<&[u8]> = vec![b"1000000000000000", b"1", b"3650d"];
+        assert!(gcra(args.as_slice())
+            .unwrap_err()
+            .0
+            .starts_with("ERR burst x period"));
     }
 
     #[test]

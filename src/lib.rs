@@ -22,9 +22,17 @@ type Allocator = std::alloc::System;
 #[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-fn init(ctx: &Context, _args: &[ValkeyString]) -> Status {
+fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
     shell::datatype::set_module_options(ctx.ctx);
-    match shell::register::register_all(ctx.ctx) {
+    let words: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
+    let options = match shell::register::LoadOptions::parse(&words) {
+        Ok(options) => options,
+        Err(message) => {
+            ctx.log_warning(&format!("ratelimit: {message}"));
+            return Status::Err;
+        }
+    };
+    match shell::register::register_all(ctx.ctx, &options) {
         Ok(()) => Status::Ok,
         Err(message) => {
             ctx.log_warning(&format!("ratelimit: {message}"));

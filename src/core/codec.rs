@@ -5,11 +5,13 @@
 //!
 //! Layout: a format version byte, a kind byte, then little-endian u64 fields;
 //! a sliding log has its entry count, then its entries as (gap, count) varint
-//! pairs, the first
-//! gap counted from time 0.
+//! pairs, the first gap counted from time 0; a GCRA limiter has its interval
+//! rule (0 exact, 1 redis-cell) and its TAT in nanoseconds as two words.
 
+use super::gcra::{Gcra, GcraParams, Interval};
 use super::limiter::{Algorithm, Effect, Limiter};
 use super::sliding_log::{LogParams, LogRecord, SlidingLog};
+use super::time::Nanos;
 use super::token_bucket::{TokenBucket, TokenBucketParams};
 use super::window::{Window, WindowParams};
 use super::{varint, Millis, MAX_COUNT, MAX_PERIOD, MAX_TIME, MIN_PERIOD};
@@ -97,6 +99,15 @@ pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
                 previous = Some(time);
             }
         }
+        Limiter::Gcra(gcra) => {
+            put(out, gcra.params().limit);
+            put(out, gcra.params().rate);
+            put(out, gcra.params().period.0);
+            put(out, gcra.params().interval as u64);
+            let tat = gcra.tat().0;
+            put(out, (tat >> 64) as u64);
+            put(out, tat as u64);
+        }
     }
 }
 
@@ -160,6 +171,24 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
                 time = Some(at);
             }
             Limiter::SlidingLog(Box::new(SlidingLog::from_entries(params, last, entries)?))
+        }
+        k if k == Algorithm::Gcra as u8 => {
+            let limit = r.count()?;
+            let rate = r.count()?;
+            let period = r.period()?;
+            let interval = match r.u64()? {
+                0 => Interval::RoundUp,
+                1 => Interval::RedisCell,
+                _ => return None,
+            };
+            let params = GcraParams {
+                limit,
+                rate,
+                period,
+                interval,
+            };
+            let tat = (u128::from(r.u64()?) << 64) | u128::from(r.u64()?);
+            Limiter::Gcra(Gcra::restored(params, Nanos(tat))?)
         }
         _ => return None,
     };

@@ -3,6 +3,7 @@
 //! Nothing here knows about Valkey; time is passed in as a number.
 
 pub mod codec;
+pub mod gcra;
 pub mod limiter;
 #[cfg(test)]
 mod model_tests;

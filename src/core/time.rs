@@ -33,3 +33,31 @@ impl Millis {
         i64::try_from(self.0).unwrap_or(i64::MAX)
     }
 }
+
+/// Nanoseconds: the unit of GCRA's theoretical arrival time (a point in time
+/// since the Unix epoch, or a duration). Fine enough that an emission
+/// interval of one request per nanosecond (10^9 per second) is a whole
+/// number, wide enough (u128) for one request per 3650 days with a burst of
+/// 10^15.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Nanos(pub u128);
+
+pub const NANOS_PER_MILLI: u128 = 1_000_000;
+
+impl Nanos {
+    pub const ZERO: Nanos = Nanos(0);
+
+    pub fn from_millis(ms: Millis) -> Nanos {
+        Nanos(u128::from(ms.0) * NANOS_PER_MILLI)
+    }
+
+    /// Rounded up to whole milliseconds: a client that waits this long has
+    /// waited at least the exact duration.
+    pub fn ceil_millis(self) -> Millis {
+        Millis::from_u128_saturating(self.0.div_ceil(NANOS_PER_MILLI))
+    }
+
+    pub fn saturating_sub(self, other: Nanos) -> Nanos {
+        Nanos(self.0.saturating_sub(other.0))
+    }
+}

@@ -7,6 +7,7 @@ use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
 use super::{metrics, replication};
 use crate::args::{self, ArgError, Options};
+use crate::core::gcra::{self, Interval};
 use crate::core::limiter::{Algorithm, Effect, Limiter};
 use crate::core::{sliding_log, token_bucket, window, Millis, Outcome};
 
@@ -19,14 +20,35 @@ fn parsed<T>(ctx: Ctx, result: Result<T, ArgError>) -> Result<T, c_int> {
     result.map_err(|error| fail(ctx, &error.0))
 }
 
+/// What a command answers: the standard five fields, or redis-cell's array.
+pub enum Answer {
+    Standard(Outcome),
+    RedisCell([i64; 5]),
+}
+
+impl From<Outcome> for Answer {
+    fn from(outcome: Outcome) -> Answer {
+        Answer::Standard(outcome)
+    }
+}
+
+impl Answer {
+    fn allowed(&self) -> bool {
+        match self {
+            Answer::Standard(outcome) => outcome.allowed,
+            Answer::RedisCell(fields) => fields[0] == 0,
+        }
+    }
+}
+
 /// The shared read-decide-write step. `decide` sees the key's limiter (of
-/// `algorithm`, or none) and returns the outcome and the effect, if any.
-fn execute(
+/// `algorithm`, or none) and returns the answer and the effect, if any.
+fn execute<A: Into<Answer>>(
     ctx: Ctx,
     key_name: Str,
     options: Options,
     algorithm: Algorithm,
-    decide: impl FnOnce(Option<&Limiter>, Millis) -> (Outcome, Option<Effect>),
+    decide: impl FnOnce(Option<&Limiter>, Millis) -> (A, Option<Effect>),
 ) -> c_int {
     // A peek or dry run opens the key read-only: it cannot create or touch it.
     let may_write = !options.dry_run && options.cost > 0;
@@ -54,8 +76,13 @@ fn execute(
             return fail(ctx, message);
         }
     }
-    metrics::record(algorithm, outcome.allowed);
-    reply(ctx, &outcome)
+    let answer = outcome.into();
+    metrics::record(algorithm, answer.allowed());
+    match answer {
+        Answer::Standard(outcome) => reply(ctx, &outcome),
+        // redis-cell replies a plain array, under RESP3 too.
+        Answer::RedisCell(fields) => ffi::reply_integers(ctx, &fields),
+    }
 }
 
 fn reply(ctx: Ctx, outcome: &Outcome) -> c_int {
@@ -146,6 +173,70 @@ pub fn sliding_log(ctx: Ctx, argv: &[Str]) -> c_int {
             (outcome, record.map(Effect::LogRecord))
         },
     )
+}
+
+/// The GCRA read-decide-write shared by RL.GCRA, RL.THROTTLE and CL.THROTTLE;
+/// `answer` rounds the verdict into the command's reply.
+fn run_gcra<A: Into<Answer>>(
+    ctx: Ctx,
+    key_name: Str,
+    params: gcra::GcraParams,
+    options: Options,
+    answer: impl FnOnce(&gcra::Verdict) -> A,
+) -> c_int {
+    execute(ctx, key_name, options, Algorithm::Gcra, |state, now| {
+        let current = match state {
+            Some(Limiter::Gcra(g)) => Some(g),
+            _ => None,
+        };
+        let (verdict, next) = gcra::decide(current, params, now, options.cost);
+        (
+            answer(&verdict),
+            next.map(|g| Effect::Replace(Limiter::Gcra(g))),
+        )
+    })
+}
+
+/// `RL.GCRA key burst rate period [COST n] [DRYRUN]`
+pub fn gcra(ctx: Ctx, argv: &[Str]) -> c_int {
+    let (params, options) = match parsed(ctx, args::gcra(&Argv(&argv[2..]))) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    run_gcra(ctx, argv[1], params, options, gcra::Verdict::outcome)
+}
+
+fn quantity(cost: u64) -> Options {
+    Options {
+        cost,
+        dry_run: false,
+        flag: false,
+    }
+}
+
+/// `RL.THROTTLE key max_burst count_per_period period [quantity]`: redis-cell's
+/// arguments, exact arithmetic, the standard reply. The same limiter as
+/// `RL.GCRA key <max_burst + 1> count_per_period period COST quantity`.
+pub fn rl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
+    let arguments = args::throttle(&Argv(&argv[2..]), "RL.THROTTLE", Interval::RoundUp);
+    let (params, cost) = match parsed(ctx, arguments) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    run_gcra(ctx, argv[1], params, quantity(cost), gcra::Verdict::outcome)
+}
+
+/// `CL.THROTTLE key max_burst count_per_period period [quantity]`: redis-cell's
+/// command, reply and rounding, on the same stored limiter.
+pub fn cl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
+    let arguments = args::throttle(&Argv(&argv[2..]), "CL.THROTTLE", Interval::RedisCell);
+    let (params, cost) = match parsed(ctx, arguments) {
+        Ok(parsed) => parsed,
+        Err(status) => return status,
+    };
+    run_gcra(ctx, argv[1], params, quantity(cost), |verdict| {
+        Answer::RedisCell(verdict.redis_cell_reply())
+    })
 }
 
 /// `RL.PEEK key`: the limiter's state under its own parameters, read-only

@@ -91,6 +91,18 @@ pub fn reply_fields(ctx: Ctx, fields: &[(&CStr, i64)]) -> c_int {
     raw::Status::Ok as c_int
 }
 
+/// Replies with a plain array of integers, whatever the protocol.
+pub fn reply_integers(ctx: Ctx, values: &[i64]) -> c_int {
+    // SAFETY: ctx is the live command context.
+    unsafe {
+        raw::RedisModule_ReplyWithArray.unwrap()(ctx, values.len() as _);
+        for value in values {
+            raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *value);
+        }
+    }
+    raw::Status::Ok as c_int
+}
+
 /// What a key holds, from this module's point of view.
 pub enum Slot<'k, T> {
     Empty,

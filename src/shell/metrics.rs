@@ -24,6 +24,7 @@ static TOKEN_BUCKET: Counters = counters();
 static FIXED_WINDOW: Counters = counters();
 static SLIDING_WINDOW: Counters = counters();
 static SLIDING_LOG: Counters = counters();
+static GCRA: Counters = counters();
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 
 fn of(algorithm: Algorithm) -> &'static Counters {
@@ -32,6 +33,7 @@ fn of(algorithm: Algorithm) -> &'static Counters {
         Algorithm::FixedWindow => &FIXED_WINDOW,
         Algorithm::SlidingWindow => &SLIDING_WINDOW,
         Algorithm::SlidingLog => &SLIDING_LOG,
+        Algorithm::Gcra => &GCRA,
     }
 }
 
@@ -58,6 +60,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
         ("window", Algorithm::FixedWindow),
         ("sliding_window", Algorithm::SlidingWindow),
         ("slidinglog", Algorithm::SlidingLog),
+        ("gcra", Algorithm::Gcra),
     ] {
         let counters = of(algorithm);
         section = section

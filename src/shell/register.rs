@@ -81,6 +81,9 @@ macro_rules! entry_point {
 entry_point!(token_bucket_entry, commands::token_bucket);
 entry_point!(window_entry, commands::window);
 entry_point!(sliding_log_entry, commands::sliding_log);
+entry_point!(gcra_entry, commands::gcra);
+entry_point!(rl_throttle_entry, commands::rl_throttle);
+entry_point!(cl_throttle_entry, commands::cl_throttle);
 entry_point!(apply_entry, apply_handler);
 entry_point!(peek_entry, peek_handler);
 
@@ -103,7 +106,7 @@ const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
 /// what the module sets, so name them too (`+@write -@slow` users expect them).
 const LIMITER_CATEGORIES: &CStr = c"write fast ratelimit";
 
-static COMMANDS: [Spec; 5] = [
+static COMMANDS: [Spec; 7] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
@@ -131,6 +134,26 @@ static COMMANDS: [Spec; 5] = [
         arity: -4,
         summary: c"Logs COST in an exact sliding log of `period`, if the cost logged in the last `period` stays within `limit`.",
         complexity: c"O(1) amortized. A denied request also walks the oldest entries that must expire before it fits.",
+        acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+    },
+    Spec {
+        name: c"rl.gcra",
+        entry: gcra_entry,
+        flags: LIMITER_FLAGS,
+        arity: -5,
+        summary: c"GCRA: admits COST requests when they fit in a burst of `burst` on a schedule of `rate` per `period`.",
+        complexity: c"O(1)",
+        acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+    },
+    Spec {
+        name: c"rl.throttle",
+        entry: rl_throttle_entry,
+        flags: LIMITER_FLAGS,
+        arity: -5,
+        summary: c"GCRA with redis-cell's arguments (limit = max_burst + 1) and the standard reply; the same limiter as RL.GCRA.",
+        complexity: c"O(1)",
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
     },
@@ -166,8 +189,67 @@ static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleComman
 
 pub const SINCE: &CStr = c"0.1.0";
 
+/// redis-cell's command name, registered unless switched off or taken.
+static CL_THROTTLE: Spec = Spec {
+    name: c"cl.throttle",
+    entry: cl_throttle_entry,
+    flags: LIMITER_FLAGS,
+    arity: -5,
+    summary: c"redis-cell compatible GCRA: replies [limited, limit, remaining, retry_after_s, reset_after_s] as redis-cell does.",
+    complexity: c"O(1)",
+    acl_categories: Some(LIMITER_CATEGORIES),
+    key_flags: KEY_UPDATE,
+};
+
+/// Load-time choices (module arguments).
+pub struct LoadOptions {
+    /// Register `CL.THROTTLE` (argument `cl-throttle yes|no`, default yes).
+    pub cl_throttle: bool,
+}
+
+impl LoadOptions {
+    /// Parses `name value` pairs; Err names what is wrong.
+    pub fn parse(args: &[&[u8]]) -> Result<LoadOptions, String> {
+        let mut options = LoadOptions { cl_throttle: true };
+        let mut pairs = args.chunks(2);
+        for pair in pairs.by_ref() {
+            let shown = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+            match pair {
+                [name, value] if name.eq_ignore_ascii_case(b"cl-throttle") => {
+                    options.cl_throttle = if value.eq_ignore_ascii_case(b"yes") {
+                        true
+                    } else if value.eq_ignore_ascii_case(b"no") {
+                        false
+                    } else {
+                        return Err(format!(
+                            "module argument cl-throttle must be yes or no, not '{}'",
+                            shown(value)
+                        ));
+                    };
+                }
+                [name] => {
+                    return Err(format!(
+                        "module argument '{}' needs a value (cl-throttle yes|no)",
+                        shown(name)
+                    ))
+                }
+                [name, ..] => {
+                    return Err(format!(
+                        "unknown module argument '{}' (expected: cl-throttle yes|no)",
+                        shown(name)
+                    ))
+                }
+                [] => {}
+            }
+        }
+        Ok(options)
+    }
+}
+
 /// Registers the ACL category and every command. Err names what failed.
-pub fn register_all(ctx: Ctx) -> Result<(), String> {
+/// `CL.THROTTLE` is optional: when its name is taken (redis-cell is loaded)
+/// it is skipped with a warning, and the rest of the module loads.
+pub fn register_all(ctx: Ctx, options: &LoadOptions) -> Result<(), String> {
     // SAFETY: called once from the module's OnLoad with its context; every
     // string passed is static and NUL-terminated.
     unsafe {
@@ -177,41 +259,60 @@ pub fn register_all(ctx: Ctx) -> Result<(), String> {
             return Err("could not add the ACL category 'ratelimit'".into());
         }
         for spec in &COMMANDS {
-            let name = spec.name.to_string_lossy();
-            let created = raw::RedisModule_CreateCommand.unwrap()(
-                ctx,
-                spec.name.as_ptr(),
-                Some(spec.entry),
-                spec.flags.as_ptr(),
-                1,
-                1,
-                1,
+            register(ctx, spec)?;
+        }
+    }
+    if options.cl_throttle {
+        if let Err(why) = register(ctx, &CL_THROTTLE) {
+            let message = format!(
+                "ratelimit: {why}: the name is taken (is redis-cell loaded?); CL.THROTTLE is skipped, RL.THROTTLE and RL.GCRA work as usual"
             );
-            if created != raw::Status::Ok as c_int {
-                return Err(format!("could not create {name}"));
+            if let Ok(message) = std::ffi::CString::new(message) {
+                ffi::log_warning(ctx, &message);
             }
-            let command = raw::RedisModule_GetCommand.unwrap()(ctx, spec.name.as_ptr());
-            let info = raw::RedisModuleCommandInfo {
-                version: &INFO_VERSION,
-                summary: spec.summary.as_ptr(),
-                complexity: spec.complexity.as_ptr(),
-                since: SINCE.as_ptr(),
-                history: std::ptr::null_mut(),
-                tips: c"nondeterministic_output".as_ptr(),
-                arity: spec.arity,
-                key_specs: key_spec(spec.key_flags),
-                args: std::ptr::null_mut(),
-            };
-            if raw::RedisModule_SetCommandInfo.unwrap()(command, &info) != raw::Status::Ok as c_int
+        }
+    }
+    Ok(())
+}
+
+/// Creates one command with its info and ACL categories.
+fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
+    // SAFETY: called from the module's OnLoad with its context; every string
+    // passed is static and NUL-terminated.
+    unsafe {
+        let name = spec.name.to_string_lossy();
+        let created = raw::RedisModule_CreateCommand.unwrap()(
+            ctx,
+            spec.name.as_ptr(),
+            Some(spec.entry),
+            spec.flags.as_ptr(),
+            1,
+            1,
+            1,
+        );
+        if created != raw::Status::Ok as c_int {
+            return Err(format!("could not create {name}"));
+        }
+        let command = raw::RedisModule_GetCommand.unwrap()(ctx, spec.name.as_ptr());
+        let info = raw::RedisModuleCommandInfo {
+            version: &INFO_VERSION,
+            summary: spec.summary.as_ptr(),
+            complexity: spec.complexity.as_ptr(),
+            since: SINCE.as_ptr(),
+            history: std::ptr::null_mut(),
+            tips: c"nondeterministic_output".as_ptr(),
+            arity: spec.arity,
+            key_specs: key_spec(spec.key_flags),
+            args: std::ptr::null_mut(),
+        };
+        if raw::RedisModule_SetCommandInfo.unwrap()(command, &info) != raw::Status::Ok as c_int {
+            return Err(format!("could not set the command info of {name}"));
+        }
+        if let Some(categories) = spec.acl_categories {
+            if raw::RedisModule_SetCommandACLCategories.unwrap()(command, categories.as_ptr())
+                != raw::Status::Ok as c_int
             {
-                return Err(format!("could not set the command info of {name}"));
-            }
-            if let Some(categories) = spec.acl_categories {
-                if raw::RedisModule_SetCommandACLCategories.unwrap()(command, categories.as_ptr())
-                    != raw::Status::Ok as c_int
-                {
-                    return Err(format!("could not set the ACL categories of {name}"));
-                }
+                return Err(format!("could not set the ACL categories of {name}"));
             }
         }
     }

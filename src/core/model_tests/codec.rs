@@ -10,6 +10,7 @@ use super::{
     same_limiter, start, steps, tb_params, Step, LOG_HEADER,
 };
 use crate::core::codec::{decode_effect, decode_limiter};
+use crate::core::gcra::{self, Gcra, GcraParams, Interval};
 use crate::core::limiter::{Effect, Limiter};
 use crate::core::sliding_log::{self, LogParams, LogRecord, SlidingLog};
 use crate::core::token_bucket::{self, TokenBucket, TokenBucketParams};
@@ -25,6 +26,7 @@ enum Kind {
     Fixed,
     Sliding,
     Log { count_denied: bool },
+    Gcra { cell: bool },
 }
 
 #[derive(Clone, Debug)]
@@ -41,6 +43,7 @@ fn kind() -> impl Strategy<Value = Kind> {
         Just(Kind::Fixed),
         Just(Kind::Sliding),
         any::<bool>().prop_map(|count_denied| Kind::Log { count_denied }),
+        any::<bool>().prop_map(|cell| Kind::Gcra { cell }),
     ]
 }
 
@@ -63,6 +66,7 @@ fn play(s: &Scenario) -> (Vec<Limiter>, Vec<Effect>) {
     let mut bucket: Option<TokenBucket> = None;
     let mut window: Option<Window> = None;
     let mut log: Option<SlidingLog> = None;
+    let mut limiter_gcra: Option<Gcra> = None;
     let mut tb_params = s.bucket;
     // Windows and logs take the capacity as limit and the refill period as
     // period; their limit follows the bucket's capacity changes, except for a
@@ -107,6 +111,21 @@ fn play(s: &Scenario) -> (Vec<Limiter>, Vec<Effect>) {
                     log.apply(record);
                     Limiter::SlidingLog(Box::new(log.clone()))
                 })
+            }
+            Kind::Gcra { cell } => {
+                let params = GcraParams {
+                    limit,
+                    rate: tb_params.refill_amount,
+                    period: tb_params.refill_period,
+                    interval: if cell {
+                        Interval::RedisCell
+                    } else {
+                        Interval::RoundUp
+                    },
+                };
+                let (_, next) = gcra::decide(limiter_gcra.as_ref(), params, Millis(now), cost);
+                limiter_gcra = next.or(limiter_gcra);
+                next.map(Limiter::Gcra)
             }
         };
         if let Some(limiter) = limiter {
@@ -154,6 +173,13 @@ fn plausible_limiter(limiter: &Limiter) -> bool {
                 && period_ok(w.params.period)
                 && w.previous <= MAX_COUNT
                 && w.current <= MAX_COUNT
+        }
+        Limiter::Gcra(g) => {
+            count_ok(g.params().limit)
+                && count_ok(g.params().rate)
+                && period_ok(g.params().period)
+                && g.params().check().is_ok()
+                && g.tat().0 < 1 << 96
         }
         Limiter::SlidingLog(log) => {
             count_ok(log.params.limit)

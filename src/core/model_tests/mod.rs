@@ -260,6 +260,10 @@ fn exercise(limiter: &Limiter) {
                 Limiter::SlidingWindow(w) => {
                     let _ = crate::core::window::decide(Some(w), w.params, true, now, cost);
                 }
+                Limiter::Gcra(g) => {
+                    let (verdict, _) = crate::core::gcra::decide(Some(g), g.params(), now, cost);
+                    let _ = (verdict.outcome(), verdict.redis_cell_reply());
+                }
                 Limiter::SlidingLog(log) => {
                     for count_denied in [false, true] {
                         let (_, record) = crate::core::sliding_log::decide(
