@@ -32,6 +32,7 @@ use super::token_bucket::TokenBucketParams;
 use super::{varint, Millis, Outcome, RetryAfter};
 
 mod codec;
+mod gcra;
 mod large_counts;
 mod sliding_log;
 mod token_bucket;
