@@ -369,6 +369,7 @@ fn type_and_key_commands() {
         keys,
         vec![
             "type:FixedWindow",
+            "type:Gcra",
             "type:SlidingLog",
             "type:SlidingWindow",
             "type:TokenBucket"

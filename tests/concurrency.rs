@@ -140,7 +140,7 @@ fn many_keys_concurrent() {
                 let mut allowed = [0u64; KEYS];
                 for i in 0..(KEYS * PER_KEY_LIMIT as usize * 2 / THREADS * 2) {
                     let k = (i + t) % KEYS;
-                    let algo = Algo::ALL[k % 4];
+                    let algo = Algo::ALL[k % Algo::ALL.len()];
                     let r = rl(
                         &mut con,
                         &algo.cmd(&format!("many:{k}"), PER_KEY_LIMIT, "1h"),
@@ -162,7 +162,7 @@ fn many_keys_concurrent() {
             *total,
             PER_KEY_LIMIT,
             "key many:{k} ({})",
-            Algo::ALL[k % 4].name()
+            Algo::ALL[k % Algo::ALL.len()].name()
         );
     }
 }

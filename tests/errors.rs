@@ -104,6 +104,17 @@ const SHAPES: &[Shape] = &[
         flag: Some("COUNTDENIED"),
         algo: Algo::SlidingLog,
     },
+    Shape {
+        name: "RL.GCRA",
+        lower: "rl.gcra",
+        positionals: &[
+            ("burst", "10", false),
+            ("rate", "1", false),
+            ("period", "1h", true),
+        ],
+        flag: None,
+        algo: Algo::Gcra,
+    },
 ];
 
 impl Shape {
@@ -184,7 +195,7 @@ impl Shape {
             cases.push((cmd, format!("ERR option {flag} is given more than once")));
         }
         let foreign: &[&str] = match self.algo {
-            Algo::TokenBucket => &["FOO", "SLIDING", "COUNTDENIED", "5", "NX"],
+            Algo::TokenBucket | Algo::Gcra => &["FOO", "SLIDING", "COUNTDENIED", "5", "NX"],
             Algo::FixedWindow | Algo::SlidingWindow => &["FOO", "COUNTDENIED", "5"],
             Algo::SlidingLog => &["FOO", "SLIDING", "5"],
         };

@@ -255,6 +255,8 @@ fn first_reset(algo: Algo, t: i64, period: i64, limit: i64) -> i64 {
         Algo::FixedWindow => period - t % period,
         Algo::SlidingWindow => 2 * period - t % period,
         Algo::SlidingLog => period,
+        // One request per period on the schedule.
+        Algo::Gcra => period,
     }
 }
 

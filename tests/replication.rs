@@ -12,7 +12,7 @@ const KEYS: usize = 50;
 
 /// Key i's algorithm is fixed: i % 4.
 fn algo_of(i: usize) -> Algo {
-    Algo::ALL[i % 4]
+    Algo::ALL[i % Algo::ALL.len()]
 }
 
 fn random_call(rng: &mut StdRng) -> Vec<String> {

@@ -107,6 +107,9 @@ enum StartError {
 
 pub struct Server {
     pub port: u16,
+    /// Arguments placed before the module's `--loadmodule` (another module
+    /// that must load first, say).
+    first: Vec<String>,
     extra: Vec<String>,
     child: Option<Child>,
     log: PathBuf,
@@ -123,6 +126,12 @@ impl Server {
     /// A server with extra command-line arguments (they come last, so they
     /// override the defaults, e.g. `["--appendonly", "yes"]`).
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_with_first(&[], extra)
+    }
+
+    /// As [`Server::start_with`], with `first` before the module's
+    /// `--loadmodule` (e.g. `["--loadmodule", "/path/libredis_cell.so"]`).
+    pub fn start_with_first(first: &[&str], extra: &[&str]) -> Server {
         let module = module_path();
         assert!(
             module.exists(),
@@ -136,6 +145,7 @@ impl Server {
             let port = free_port();
             let mut server = Server {
                 port,
+                first: first.iter().map(|s| s.to_string()).collect(),
                 extra: extra.clone(),
                 child: None,
                 log: log.clone(),
@@ -172,7 +182,8 @@ impl Server {
     }
 
     fn args(&self) -> Vec<String> {
-        let mut args = argv![
+        let mut args = self.first.clone();
+        args.extend(argv![
             "--port",
             self.port,
             "--bind",
@@ -187,7 +198,7 @@ impl Server {
             "yes",
             "--loadmodule",
             module_path().display()
-        ];
+        ]);
         args.extend(self.extra.iter().cloned());
         args
     }
@@ -768,25 +779,28 @@ pub enum Algo {
     FixedWindow,
     SlidingWindow,
     SlidingLog,
+    Gcra,
 }
 
 impl Algo {
-    pub const ALL: [Algo; 4] = [
+    pub const ALL: [Algo; 5] = [
         Algo::TokenBucket,
         Algo::FixedWindow,
         Algo::SlidingWindow,
         Algo::SlidingLog,
+        Algo::Gcra,
     ];
 
-    /// The command for `limit` per `period`. The token bucket holds `limit`
-    /// and refills ONE token per `period`, so within a test it does not refill
-    /// when the period is long.
+    /// The command for `limit` per `period`. The token bucket and GCRA hold
+    /// `limit` and refill ONE request per `period`, so within a test they do
+    /// not refill when the period is long.
     pub fn cmd(self, key: &str, limit: u64, period: &str) -> Vec<String> {
         match self {
             Algo::TokenBucket => argv!["RL.TOKENBUCKET", key, limit, 1, period],
             Algo::FixedWindow => argv!["RL.WINDOW", key, limit, period],
             Algo::SlidingWindow => argv!["RL.WINDOW", key, limit, period, "SLIDING"],
             Algo::SlidingLog => argv!["RL.SLIDINGLOG", key, limit, period],
+            Algo::Gcra => argv!["RL.GCRA", key, limit, 1, period],
         }
     }
 
@@ -803,6 +817,7 @@ impl Algo {
             Algo::FixedWindow => "fixed window",
             Algo::SlidingWindow => "sliding window",
             Algo::SlidingLog => "sliding log",
+            Algo::Gcra => "GCRA",
         }
     }
 
