@@ -20,7 +20,7 @@ fn interval(p: GcraParams) -> u128 {
     let period_ns = u128::from(p.period.0) * NS;
     let rate = u128::from(p.rate);
     let t = match p.interval {
-        Interval::RoundUp => (period_ns + rate - 1) / rate,
+        Interval::RoundUp => period_ns.div_ceil(rate),
         Interval::RedisCell => period_ns / rate,
     };
     t.max(1)
@@ -171,7 +171,7 @@ fn run_gcra(
             prop_assert_eq!(reply[3], retry, "retry_after_s; {}", ctx);
             let debt_after = model.debt(now);
             prop_assert_eq!(reply[4], cell_seconds(debt_after), "reset_after_s; {}", ctx);
-            if t % 1000 == 0 {
+            if t.is_multiple_of(1000) {
                 // On whole microseconds redis-cell's remaining is the plain quotient.
                 let remaining = tolerance.saturating_sub(debt_after) / t;
                 prop_assert_eq!(reply[2], remaining as i64, "remaining; {}", ctx);
