@@ -100,13 +100,14 @@ class Client:
 
 
 class Server:
-    def __init__(self):
+    """A server with one module: ours, or (`module=CELL_MODULE`) redis-cell,
+    which cannot share a server with our CL.THROTTLE."""
+
+    def __init__(self, module=None):
         self.dir = tempfile.mkdtemp(prefix="rl-bench-")
         self.port = free_port()
         argv = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
-        if CELL_MODULE:
-            argv += ["--loadmodule", CELL_MODULE]
+                "--save", "", "--appendonly", "no", "--loadmodule", str(module or MODULE)]
         self.proc = subprocess.Popen(pinned(0, argv), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         for _ in range(100):
             try:
@@ -123,8 +124,8 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def cases(server, with_lua):
-    """(name, group, argv) for valkey-benchmark; __rand_int__ spreads keys."""
+def cases(server, with_lua, cell_server=None):
+    """(name, group, argv, port) for valkey-benchmark; __rand_int__ spreads keys."""
     c = server.client
     sha = {}
     if with_lua:
@@ -139,6 +140,8 @@ def cases(server, with_lua):
             (f"RL.TOKENBUCKET ({label})", "rl", ["RL.TOKENBUCKET", f"tb:{keyname}", "1000000", "1000", "1s"]),
             (f"RL.WINDOW ({label})", "rl", ["RL.WINDOW", f"fw:{keyname}", "1000000", "1m"]),
             (f"RL.WINDOW SLIDING ({label})", "rl", ["RL.WINDOW", f"sw:{keyname}", "1000000", "1m", "SLIDING"]),
+            (f"RL.GCRA ({label})", "rl", ["RL.GCRA", f"gc:{keyname}", "1000000", "1000", "1s"]),
+            (f"CL.THROTTLE, this module ({label})", "rl", ["CL.THROTTLE", f"cl:{keyname}", "999999", "1000", "1"]),
         ]
         for limit in (10, 1000, 100000):
             out.append((f"RL.SLIDINGLOG limit {limit} ({label})", "rl",
@@ -150,8 +153,11 @@ def cases(server, with_lua):
             ("Lua sliding window", "lua", ["EVALSHA", sha["sliding_window"], "1", "lsw:__rand_int__", "1000000", "60000"]),
             ("Lua sliding log limit 1000", "lua", ["EVALSHA", sha["sliding_log"], "1", "lsl:__rand_int__", "1000", "10000"]),
         ]
-    if CELL_MODULE:
-        out.append(("redis-cell CL.THROTTLE", "cell", ["CL.THROTTLE", "cell:__rand_int__", "1000000", "1000", "1"]))
+    out = [(name, group, argv, server.port) for name, group, argv in out]
+    if cell_server:
+        for keyname, label in [("__rand_int__", "random keys"), ("hot", "one hot key")]:
+            out.append((f"redis-cell CL.THROTTLE ({label})", "cell",
+                        ["CL.THROTTLE", f"cell:{keyname}", "999999", "1000", "1"], cell_server.port))
     return out
 
 
@@ -165,11 +171,11 @@ def run_benchmark(port, argv, requests, pipeline):
 
 
 def measure_throughput(server, todo, reps, requests):
-    results = {name: {1: [], 32: []} for name, _, _ in todo}
+    results = {name: {1: [], 32: []} for name, _, _, _ in todo}
     for rep in range(reps):
         for pipeline, n in ((32, requests), (1, max(requests // 5, 1000))):
-            for name, _, argv in todo:
-                results[name][pipeline].append(run_benchmark(server.port, argv, n, pipeline))
+            for name, _, argv, port in todo:
+                results[name][pipeline].append(run_benchmark(port, argv, n, pipeline))
         print(f"  repetition {rep + 1}/{reps} done", file=sys.stderr)
     med = {}
     for name, by_p in results.items():
@@ -195,6 +201,7 @@ def memory_per_limiter(server, count, with_lua):
         ("RL.WINDOW", lambda i: ["RL.WINDOW", f"m:fw:{i}", "100", "1h"]),
         ("RL.WINDOW SLIDING", lambda i: ["RL.WINDOW", f"m:sw:{i}", "100", "1h", "SLIDING"]),
         ("RL.SLIDINGLOG (1 entry)", lambda i: ["RL.SLIDINGLOG", f"m:sl:{i}", "100", "1h"]),
+        ("RL.GCRA", lambda i: ["RL.GCRA", f"m:gc:{i}", "100", "1", "1h"]),
     ]
     if with_lua:
         sha = c.call("SCRIPT", "LOAD", (BENCH / "lua" / "token_bucket.lua").read_text()).decode()
@@ -301,9 +308,10 @@ def main():
     if not MODULE.exists():
         sys.exit(f"{MODULE} is missing: run cargo build --release (make bench does)")
     server = Server()
+    cell_server = Server(CELL_MODULE) if CELL_MODULE else None
     try:
         with_lua = not args.no_lua
-        todo = cases(server, with_lua)
+        todo = cases(server, with_lua, cell_server)
         print(f"throughput and latency: {len(todo)} cases x 2 pipelines x {reps} repetitions", file=sys.stderr)
         throughput = measure_throughput(server, todo, reps, requests)
         server.client.call("FLUSHALL", "SYNC")
@@ -313,6 +321,8 @@ def main():
         text = table(throughput, memory, log_bytes, machine())
     finally:
         server.stop()
+        if cell_server:
+            cell_server.stop()
     print(text)
     if not args.quick:
         (BENCH / "RESULTS.md").write_text("# Benchmark results\n\nProduced by `make bench`.\n\n" + text)
