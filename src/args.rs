@@ -2,6 +2,7 @@
 //! every error names the argument it is about.
 
 use crate::core::gcra::{GcraParams, Interval, ParamError};
+use crate::core::policy::Policy;
 use crate::core::sliding_log::LogParams;
 use crate::core::token_bucket::TokenBucketParams;
 use crate::core::window::WindowParams;
@@ -262,6 +263,106 @@ pub fn throttle(
     Ok((gcra_params(params, "(max_burst + 1)")?, quantity))
 }
 
+/// The most limiters one RL.ALL call takes.
+pub const MAX_LIMITERS: usize = 16;
+
+const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN], a limiter per key: TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period";
+
+fn is_algorithm_name(word: &[u8]) -> bool {
+    ["TOKENBUCKET", "WINDOW", "SLIDINGLOG", "GCRA"]
+        .iter()
+        .any(|name| word.eq_ignore_ascii_case(name.as_bytes()))
+}
+
+/// `numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]` (RL.ALL,
+/// from numkeys on). Returns numkeys, the limiters in key order and the
+/// options. Every error names the limiter and the argument it is about.
+pub fn all(args: &(impl Args + ?Sized)) -> Result<(usize, Vec<Policy>, Options), ArgError> {
+    let numkeys = parse_u64(args.get(0))
+        .filter(|n| (1..=MAX_LIMITERS as u64).contains(n))
+        .ok_or_else(|| must_be("numkeys", &format!("an integer from 1 to {MAX_LIMITERS}")))?
+        as usize;
+    if args.count() < 1 + numkeys {
+        return Err(ArgError(format!(
+            "ERR numkeys is {numkeys} but only {} keys follow: {ALL_USAGE}",
+            args.count() - 1
+        )));
+    }
+    let mut policies = Vec::with_capacity(numkeys);
+    let mut i = 1 + numkeys;
+    while i < args.count() && is_algorithm_name(args.get(i)) {
+        let n = policies.len() + 1;
+        if n > numkeys {
+            return Err(ArgError(format!(
+                "ERR more limiters than keys (numkeys is {numkeys})"
+            )));
+        }
+        let word = args.get(i);
+        let name = |field: &str| format!("{field} of limiter {n}");
+        let positional = |j: usize| -> Result<&[u8], ArgError> {
+            if i + j < args.count() {
+                Ok(args.get(i + j))
+            } else {
+                Err(ArgError(format!(
+                    "ERR limiter {n} ({}) lacks arguments: {ALL_USAGE}",
+                    quoted(word)
+                )))
+            }
+        };
+        let flag_at = |j: usize, flag: &str| {
+            i + j < args.count() && args.get(i + j).eq_ignore_ascii_case(flag.as_bytes())
+        };
+        let (policy, used) = if word.eq_ignore_ascii_case(b"TOKENBUCKET") {
+            let params = TokenBucketParams {
+                capacity: count(positional(1)?, &name("capacity"))?,
+                refill_amount: count(positional(2)?, &name("refill_amount"))?,
+                refill_period: duration(positional(3)?, &name("refill_period"))?,
+            };
+            (Policy::TokenBucket(params), 4)
+        } else if word.eq_ignore_ascii_case(b"WINDOW") {
+            let params = WindowParams {
+                limit: count(positional(1)?, &name("limit"))?,
+                period: duration(positional(2)?, &name("period"))?,
+            };
+            let sliding = flag_at(3, "SLIDING");
+            (Policy::Window { params, sliding }, 3 + usize::from(sliding))
+        } else if word.eq_ignore_ascii_case(b"SLIDINGLOG") {
+            let params = LogParams {
+                limit: count(positional(1)?, &name("limit"))?,
+                period: duration(positional(2)?, &name("period"))?,
+            };
+            let count_denied = flag_at(3, "COUNTDENIED");
+            let policy = Policy::SlidingLog {
+                params,
+                count_denied,
+            };
+            (policy, 3 + usize::from(count_denied))
+        } else {
+            let params = GcraParams {
+                limit: count(positional(1)?, &name("burst"))?,
+                rate: count(positional(2)?, &name("rate"))?,
+                period: duration(positional(3)?, &name("period"))?,
+                interval: Interval::RoundUp,
+            };
+            (Policy::Gcra(gcra_params(params, &name("burst"))?), 4)
+        };
+        policies.push(policy);
+        i += used;
+    }
+    if policies.len() < numkeys {
+        let found = if i < args.count() {
+            format!("'{}'", quoted(args.get(i)))
+        } else {
+            "the end of the command".to_string()
+        };
+        return Err(ArgError(format!(
+            "ERR limiter {} must start with TOKENBUCKET, WINDOW, SLIDINGLOG or GCRA, not {found} (numkeys is {numkeys})",
+            policies.len() + 1
+        )));
+    }
+    Ok((numkeys, policies, options(args, i, None)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -360,6 +461,47 @@ mod tests {
             .unwrap_err()
             .0
             .starts_with("ERR burst x period"));
+    }
+
+    #[test]
+    fn all_arguments() {
+        let words =
+            |w: &str| -> Vec<Vec<u8>> { w.split(' ').map(|x| x.as_bytes().to_vec()).collect() };
+        let parse = |w: &str| {
+            let owned = words(w);
+            let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
+            all(args.as_slice())
+        };
+        let (n, policies, options) =
+            parse("3 a b c TOKENBUCKET 10 1 1s window 100 1m SLIDING GCRA 5 1 1s COST 2 DRYRUN")
+                .unwrap();
+        assert_eq!(
+            (n, policies.len(), options.cost, options.dry_run),
+            (3, 3, 2, true)
+        );
+        assert!(matches!(policies[1], Policy::Window { sliding: true, .. }));
+        let (_, policies, _) = parse("1 a SLIDINGLOG 5 1h COUNTDENIED").unwrap();
+        assert!(matches!(
+            policies[0],
+            Policy::SlidingLog {
+                count_denied: true,
+                ..
+            }
+        ));
+        let err = |w: &str| parse(w).unwrap_err().0;
+        assert!(err("0 a").starts_with("ERR numkeys must be an integer from 1 to 16"));
+        assert!(err("17 a").starts_with("ERR numkeys must be"));
+        assert!(err("3 a b").starts_with("ERR numkeys is 3 but only 2 keys follow"));
+        assert!(err("2 a b WINDOW 5 1m").starts_with("ERR limiter 2 must start with"));
+        assert!(err("2 a b WINDOW 5 1m COST 1").contains("not 'COST'"));
+        assert!(err("1 a WINDOW 5 1m WINDOW 5 1m").starts_with("ERR more limiters than keys"));
+        assert!(err("1 a WINDOW 0 1m").starts_with("ERR limit of limiter 1 must be"));
+        assert!(err("2 a b WINDOW 5 1m GCRA 5 1 0").starts_with("ERR period of limiter 2 must be"));
+        assert!(
+            err("1 a TOKENBUCKET 5 1").starts_with("ERR limiter 1 (TOKENBUCKET) lacks arguments")
+        );
+        assert!(err("1 a WINDOW 5 1m SLIDING SLIDING").starts_with("ERR unknown option 'SLIDING'"));
+        assert!(err("1 a GCRA 1 2000000000 1s").contains("one request per nanosecond"));
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod gcra;
 pub mod limiter;
 #[cfg(test)]
 mod model_tests;
+pub mod policy;
 pub mod sliding_log;
 pub mod time;
 pub mod token_bucket;

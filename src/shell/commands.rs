@@ -9,7 +9,8 @@ use super::{metrics, replication};
 use crate::args::{self, ArgError, Options};
 use crate::core::gcra::{self, Interval};
 use crate::core::limiter::{Algorithm, Effect, Limiter};
-use crate::core::{sliding_log, token_bucket, window, Millis, Outcome};
+use crate::core::policy::Policy;
+use crate::core::{Millis, Outcome};
 
 fn fail(ctx: Ctx, message: &str) -> c_int {
     metrics::record_error();
@@ -85,125 +86,70 @@ fn execute<A: Into<Answer>>(
     }
 }
 
-fn reply(ctx: Ctx, outcome: &Outcome) -> c_int {
-    ffi::reply_fields(
-        ctx,
-        &[
-            (c"allowed", i64::from(outcome.allowed)),
-            (c"limit", outcome.limit as i64),
-            (c"remaining", outcome.remaining as i64),
-            (c"retry_after_ms", outcome.retry_after.to_reply()),
-            (c"reset_after_ms", outcome.reset_after.to_i64_saturating()),
-        ],
-    )
+pub fn reply(ctx: Ctx, outcome: &Outcome) -> c_int {
+    ffi::reply_fields(ctx, &fields(outcome))
+}
+
+/// The standard five fields, named for RESP3.
+pub fn fields(outcome: &Outcome) -> [(&'static std::ffi::CStr, i64); 5] {
+    [
+        (c"allowed", i64::from(outcome.allowed)),
+        (c"limit", outcome.limit as i64),
+        (c"remaining", outcome.remaining as i64),
+        (c"retry_after_ms", outcome.retry_after.to_reply()),
+        (c"reset_after_ms", outcome.reset_after.to_i64_saturating()),
+    ]
+}
+
+/// One policy on one key: the single-limiter commands.
+fn run_policy(ctx: Ctx, key_name: Str, policy: Policy, options: Options) -> c_int {
+    execute(ctx, key_name, options, policy.algorithm(), |state, now| {
+        policy.decide(state, now, options.cost)
+    })
 }
 
 /// `RL.TOKENBUCKET key capacity refill_amount refill_period [COST n] [DRYRUN]`
 pub fn token_bucket(ctx: Ctx, argv: &[Str]) -> c_int {
-    let (params, options) = match parsed(ctx, args::token_bucket(&Argv(&argv[2..]))) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    execute(
-        ctx,
-        argv[1],
-        options,
-        Algorithm::TokenBucket,
-        |state, now| {
-            let bucket = match state {
-                Some(Limiter::TokenBucket(bucket)) => Some(bucket),
-                _ => None,
-            };
-            let (outcome, next) = token_bucket::decide(bucket, params, now, options.cost);
-            (
-                outcome,
-                next.map(|b| Effect::Replace(Limiter::TokenBucket(b))),
-            )
-        },
-    )
+    match parsed(ctx, args::token_bucket(&Argv(&argv[2..]))) {
+        Ok((params, options)) => run_policy(ctx, argv[1], Policy::TokenBucket(params), options),
+        Err(status) => status,
+    }
 }
 
 /// `RL.WINDOW key limit period [SLIDING] [COST n] [DRYRUN]`
 pub fn window(ctx: Ctx, argv: &[Str]) -> c_int {
-    let (params, options) = match parsed(ctx, args::window(&Argv(&argv[2..]))) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    let sliding = options.flag;
-    let algorithm = if sliding {
-        Algorithm::SlidingWindow
-    } else {
-        Algorithm::FixedWindow
-    };
-    execute(ctx, argv[1], options, algorithm, |state, now| {
-        let current = match state {
-            Some(Limiter::FixedWindow(w) | Limiter::SlidingWindow(w)) => Some(w),
-            _ => None,
-        };
-        let (outcome, next) = window::decide(current, params, sliding, now, options.cost);
-        let wrap = |w| {
-            if sliding {
-                Limiter::SlidingWindow(w)
-            } else {
-                Limiter::FixedWindow(w)
-            }
-        };
-        (outcome, next.map(|w| Effect::Replace(wrap(w))))
-    })
+    match parsed(ctx, args::window(&Argv(&argv[2..]))) {
+        Ok((params, options)) => {
+            let policy = Policy::Window {
+                params,
+                sliding: options.flag,
+            };
+            run_policy(ctx, argv[1], policy, options)
+        }
+        Err(status) => status,
+    }
 }
 
 /// `RL.SLIDINGLOG key limit period [COUNTDENIED] [COST n] [DRYRUN]`
 pub fn sliding_log(ctx: Ctx, argv: &[Str]) -> c_int {
-    let (params, options) = match parsed(ctx, args::sliding_log(&Argv(&argv[2..]))) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    execute(
-        ctx,
-        argv[1],
-        options,
-        Algorithm::SlidingLog,
-        |state, now| {
-            let log = match state {
-                Some(Limiter::SlidingLog(log)) => Some(log.as_ref()),
-                _ => None,
+    match parsed(ctx, args::sliding_log(&Argv(&argv[2..]))) {
+        Ok((params, options)) => {
+            let policy = Policy::SlidingLog {
+                params,
+                count_denied: options.flag,
             };
-            let (outcome, record) =
-                sliding_log::decide(log, params, now, options.cost, options.flag);
-            (outcome, record.map(Effect::LogRecord))
-        },
-    )
-}
-
-/// The GCRA read-decide-write shared by RL.GCRA, RL.THROTTLE and CL.THROTTLE;
-/// `answer` rounds the verdict into the command's reply.
-fn run_gcra<A: Into<Answer>>(
-    ctx: Ctx,
-    key_name: Str,
-    params: gcra::GcraParams,
-    options: Options,
-    answer: impl FnOnce(&gcra::Verdict) -> A,
-) -> c_int {
-    execute(ctx, key_name, options, Algorithm::Gcra, |state, now| {
-        let current = match state {
-            Some(Limiter::Gcra(g)) => Some(g),
-            _ => None,
-        };
-        let (verdict, next) = gcra::decide(current, params, now, options.cost);
-        (
-            answer(&verdict),
-            next.map(|g| Effect::Replace(Limiter::Gcra(g))),
-        )
-    })
+            run_policy(ctx, argv[1], policy, options)
+        }
+        Err(status) => status,
+    }
 }
 
 /// `RL.GCRA key burst rate period [COST n] [DRYRUN]`
 pub fn gcra(ctx: Ctx, argv: &[Str]) -> c_int {
-    let (params, options) = match parsed(ctx, args::gcra(&Argv(&argv[2..]))) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    run_gcra(ctx, argv[1], params, options, gcra::Verdict::outcome)
+    match parsed(ctx, args::gcra(&Argv(&argv[2..]))) {
+        Ok((params, options)) => run_policy(ctx, argv[1], Policy::Gcra(params), options),
+        Err(status) => status,
+    }
 }
 
 fn quantity(cost: u64) -> Options {
@@ -219,11 +165,10 @@ fn quantity(cost: u64) -> Options {
 /// `RL.GCRA key <max_burst + 1> count_per_period period COST quantity`.
 pub fn rl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
     let arguments = args::throttle(&Argv(&argv[2..]), "RL.THROTTLE", Interval::RoundUp);
-    let (params, cost) = match parsed(ctx, arguments) {
-        Ok(parsed) => parsed,
-        Err(status) => return status,
-    };
-    run_gcra(ctx, argv[1], params, quantity(cost), gcra::Verdict::outcome)
+    match parsed(ctx, arguments) {
+        Ok((params, cost)) => run_policy(ctx, argv[1], Policy::Gcra(params), quantity(cost)),
+        Err(status) => status,
+    }
 }
 
 /// `CL.THROTTLE key max_burst count_per_period period [quantity]`: redis-cell's
@@ -234,8 +179,17 @@ pub fn cl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
         Ok(parsed) => parsed,
         Err(status) => return status,
     };
-    run_gcra(ctx, argv[1], params, quantity(cost), |verdict| {
-        Answer::RedisCell(verdict.redis_cell_reply())
+    let options = quantity(cost);
+    execute(ctx, argv[1], options, Algorithm::Gcra, |state, now| {
+        let current = match state {
+            Some(Limiter::Gcra(g)) => Some(g),
+            _ => None,
+        };
+        let (verdict, next) = gcra::decide(current, params, now, options.cost);
+        (
+            Answer::RedisCell(verdict.redis_cell_reply()),
+            next.map(|g| Effect::Replace(Limiter::Gcra(g))),
+        )
     })
 }
 

@@ -91,6 +91,40 @@ pub fn reply_fields(ctx: Ctx, fields: &[(&CStr, i64)]) -> c_int {
     raw::Status::Ok as c_int
 }
 
+/// RL.ALL's reply: under RESP3 a map {allowed, retry_after_ms, limiters:
+/// [map, ...]}; under RESP2 the array [allowed, retry_after_ms, [[...], ...]].
+pub fn reply_compound(
+    ctx: Ctx,
+    allowed: i64,
+    retry_after: i64,
+    limiters: &[[(&CStr, i64); 5]],
+) -> c_int {
+    let resp3 = is_resp3(ctx);
+    // SAFETY: ctx is live; names are static NUL-terminated strings.
+    unsafe {
+        let name = |n: &CStr| {
+            if resp3 {
+                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, n.as_ptr());
+            }
+        };
+        if resp3 {
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, 3);
+        } else {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, 3);
+        }
+        name(c"allowed");
+        raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, allowed);
+        name(c"retry_after_ms");
+        raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, retry_after);
+        name(c"limiters");
+        raw::RedisModule_ReplyWithArray.unwrap()(ctx, limiters.len() as _);
+    }
+    for fields in limiters {
+        reply_fields(ctx, fields);
+    }
+    raw::Status::Ok as c_int
+}
+
 /// Replies with a plain array of integers, whatever the protocol.
 pub fn reply_integers(ctx: Ctx, values: &[i64]) -> c_int {
     // SAFETY: ctx is the live command context.

@@ -25,6 +25,7 @@ static FIXED_WINDOW: Counters = counters();
 static SLIDING_WINDOW: Counters = counters();
 static SLIDING_LOG: Counters = counters();
 static GCRA: Counters = counters();
+static ALL: Counters = counters();
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 
 fn of(algorithm: Algorithm) -> &'static Counters {
@@ -44,6 +45,12 @@ pub fn record(algorithm: Algorithm, allowed: bool) {
     } else {
         &counters.denied
     };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// RL.ALL calls, counted once each (not once per limiter).
+pub fn record_all(allowed: bool) {
+    let counter = if allowed { &ALL.allowed } else { &ALL.denied };
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -68,6 +75,8 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
             .field(&format!("{name}_denied"), get(&counters.denied))?;
     }
     section
+        .field("all_allowed", get(&ALL.allowed))?
+        .field("all_denied", get(&ALL.denied))?
         .field("errors", get(&ERRORS))?
         .build_section()?
         .build_info()?;

@@ -1,6 +1,7 @@
 //! The Valkey glue: thin, and each concern in one file.
 
 pub mod commands;
+pub mod compound;
 pub mod datatype;
 pub mod ffi;
 pub mod metrics;

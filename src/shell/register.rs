@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use valkey_module::raw;
 
 use super::ffi::{self, Ctx, Str};
-use super::{commands, replication};
+use super::{commands, compound, replication};
 
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
 
@@ -24,8 +24,18 @@ struct Spec {
     summary: &'static CStr,
     complexity: &'static CStr,
     acl_categories: Option<&'static CStr>,
-    /// Key spec flags of the one key at argument 1.
+    /// Key spec flags of the keys.
     key_flags: u32,
+    keys: Keys,
+}
+
+/// Where a command's keys are.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// One key, at argument 1.
+    First,
+    /// `numkeys` at argument 1, then that many keys (RL.ALL).
+    NumKeys,
 }
 
 /// Read-modify-write of the key, whose value the reply reveals.
@@ -35,19 +45,30 @@ const KEY_READ: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACC
 /// RL.APPLY replaces or updates the value without revealing it.
 const KEY_APPLY: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
 
-/// The key spec "the key at argument 1", plus the zeroed terminator the API
-/// expects. Leaked: registered once, for the life of the server.
-fn key_spec(flags: u32) -> *mut raw::RedisModuleCommandKeySpec {
+/// The key spec of `keys`, plus the zeroed terminator the API expects.
+/// Leaked: registered once, for the life of the server.
+fn key_spec(flags: u32, keys: Keys) -> *mut raw::RedisModuleCommandKeySpec {
     // SAFETY: an all-zero key spec is the documented array terminator.
     let terminator: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
     let mut spec = terminator;
     spec.flags = u64::from(flags);
     spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     spec.bs.index.pos = 1;
-    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    spec.fk.range.lastkey = 0;
-    spec.fk.range.keystep = 1;
-    spec.fk.range.limit = 0;
+    match keys {
+        Keys::First => {
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            spec.fk.range.lastkey = 0;
+            spec.fk.range.keystep = 1;
+            spec.fk.range.limit = 0;
+        }
+        Keys::NumKeys => {
+            // Counted from the begin-search index: numkeys there, keys after it.
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            spec.fk.keynum.keynumidx = 0;
+            spec.fk.keynum.firstkey = 1;
+            spec.fk.keynum.keystep = 1;
+        }
+    }
     Box::leak(Box::new([spec, terminator])).as_mut_ptr()
 }
 
@@ -82,6 +103,7 @@ entry_point!(token_bucket_entry, commands::token_bucket);
 entry_point!(window_entry, commands::window);
 entry_point!(sliding_log_entry, commands::sliding_log);
 entry_point!(gcra_entry, commands::gcra);
+entry_point!(all_entry, compound::all);
 entry_point!(rl_throttle_entry, commands::rl_throttle);
 entry_point!(cl_throttle_entry, commands::cl_throttle);
 entry_point!(apply_entry, apply_handler);
@@ -106,7 +128,7 @@ const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
 /// what the module sets, so name them too (`+@write -@slow` users expect them).
 const LIMITER_CATEGORIES: &CStr = c"write fast ratelimit";
 
-static COMMANDS: [Spec; 7] = [
+static COMMANDS: [Spec; 8] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
@@ -116,6 +138,7 @@ static COMMANDS: [Spec; 7] = [
         complexity: c"O(1)",
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
+        keys: Keys::First,
     },
     Spec {
         name: c"rl.window",
@@ -126,6 +149,7 @@ static COMMANDS: [Spec; 7] = [
         complexity: c"O(1)",
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
+        keys: Keys::First,
     },
     Spec {
         name: c"rl.slidinglog",
@@ -136,6 +160,7 @@ static COMMANDS: [Spec; 7] = [
         complexity: c"O(1) amortized. A denied request also walks the oldest entries that must expire before it fits.",
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
+        keys: Keys::First,
     },
     Spec {
         name: c"rl.gcra",
@@ -146,6 +171,7 @@ static COMMANDS: [Spec; 7] = [
         complexity: c"O(1)",
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
+        keys: Keys::First,
     },
     Spec {
         name: c"rl.throttle",
@@ -156,6 +182,18 @@ static COMMANDS: [Spec; 7] = [
         complexity: c"O(1)",
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
+        keys: Keys::First,
+    },
+    Spec {
+        name: c"rl.all",
+        entry: all_entry,
+        flags: LIMITER_FLAGS,
+        arity: -5,
+        summary: c"Applies one request to several limiters (one per key, any algorithms), consuming from all of them only when every one allows it.",
+        complexity: c"O(N) for N limiters, each as its own command.",
+        acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+        keys: Keys::NumKeys,
     },
     Spec {
         name: c"rl.peek",
@@ -166,6 +204,7 @@ static COMMANDS: [Spec; 7] = [
         complexity: c"O(1), or O(N) for a sliding log whose N oldest entries have expired.",
         acl_categories: Some(c"read fast ratelimit"),
         key_flags: KEY_READ,
+        keys: Keys::First,
     },
     Spec {
         name: c"rl.apply",
@@ -177,6 +216,7 @@ static COMMANDS: [Spec; 7] = [
         complexity: c"O(1), or O(N) for a whole sliding log of N entries (AOF rewrite).",
         acl_categories: None,
         key_flags: KEY_APPLY,
+        keys: Keys::First,
     },
 ];
 
@@ -199,6 +239,7 @@ static CL_THROTTLE: Spec = Spec {
     complexity: c"O(1)",
     acl_categories: Some(LIMITER_CATEGORIES),
     key_flags: KEY_UPDATE,
+    keys: Keys::First,
 };
 
 /// Load-time choices (module arguments).
@@ -281,14 +322,20 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
     // passed is static and NUL-terminated.
     unsafe {
         let name = spec.name.to_string_lossy();
+        // The legacy (first, last, step) triple cannot describe numkeys
+        // commands; their key spec alone does (the server derives the rest).
+        let legacy = match spec.keys {
+            Keys::First => 1,
+            Keys::NumKeys => 0,
+        };
         let created = raw::RedisModule_CreateCommand.unwrap()(
             ctx,
             spec.name.as_ptr(),
             Some(spec.entry),
             spec.flags.as_ptr(),
-            1,
-            1,
-            1,
+            legacy,
+            legacy,
+            legacy,
         );
         if created != raw::Status::Ok as c_int {
             return Err(format!("could not create {name}"));
@@ -302,7 +349,7 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
             history: std::ptr::null_mut(),
             tips: c"nondeterministic_output".as_ptr(),
             arity: spec.arity,
-            key_specs: key_spec(spec.key_flags),
+            key_specs: key_spec(spec.key_flags, spec.keys),
             args: std::ptr::null_mut(),
         };
         if raw::RedisModule_SetCommandInfo.unwrap()(command, &info) != raw::Status::Ok as c_int {

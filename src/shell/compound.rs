@@ -1,0 +1,90 @@
+//! RL.ALL: one request against several limiters, all or nothing. Every key
+//! is read at one time, the core decides them together
+//! (`core::policy::decide_all`), and only then is anything written: one
+//! effect per changed key, as for the single-limiter commands.
+
+use std::ffi::c_int;
+
+use super::commands::fields;
+use super::datatype::raw_type;
+use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
+use super::{metrics, replication};
+use crate::args;
+use crate::core::limiter::Limiter;
+use crate::core::policy::{self, Policy};
+
+fn fail(ctx: Ctx, message: &str) -> c_int {
+    metrics::record_error();
+    ffi::reply_error(ctx, message)
+}
+
+/// `RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]`
+pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
+    let (numkeys, policies, options) = match args::all(&Argv(&argv[1..])) {
+        Ok(parsed) => parsed,
+        Err(error) => return fail(ctx, &error.0),
+    };
+    let names = &argv[2..2 + numkeys];
+    for (i, name) in names.iter().enumerate() {
+        if names[..i]
+            .iter()
+            .any(|other| ffi::bytes(*other) == ffi::bytes(*name))
+        {
+            let shown = String::from_utf8_lossy(ffi::bytes(*name)).into_owned();
+            return fail(ctx, &format!("ERR key '{shown}' is given more than once"));
+        }
+    }
+    // A peek or dry run opens every key read-only: it cannot create or touch them.
+    let may_write = !options.dry_run && options.cost > 0;
+    let mut keys: Vec<Option<Key>> = names
+        .iter()
+        .map(|name| Key::open(ctx, *name, may_write))
+        .collect();
+    let now = ffi::now();
+    let mut states: Vec<Option<&Limiter>> = Vec::with_capacity(numkeys);
+    for ((key, policy), name) in keys.iter_mut().zip(&policies).zip(names) {
+        let slot = match key.as_mut() {
+            Some(key) => key.get::<Limiter>(raw_type()),
+            None => Slot::Empty,
+        };
+        match slot {
+            Slot::Empty => states.push(None),
+            Slot::Foreign => return fail(ctx, &wrong_type(*name, None, policy)),
+            Slot::Ours(limiter) if limiter.algorithm() != policy.algorithm() => {
+                return fail(ctx, &wrong_type(*name, Some(limiter), policy))
+            }
+            Slot::Ours(limiter) => states.push(Some(&*limiter)),
+        }
+    }
+    let (compound, effects) = policy::decide_all(&policies, &states, now, options.cost);
+    drop(states);
+    if may_write {
+        for ((key, effect), name) in keys.iter_mut().zip(effects).zip(names) {
+            if let (Some(effect), Some(key)) = (effect, key.as_mut()) {
+                if let Err(message) = replication::commit(ctx, key, *name, effect) {
+                    return fail(ctx, message);
+                }
+            }
+        }
+    }
+    metrics::record_all(compound.allowed);
+    let items: Vec<_> = compound.outcomes.iter().map(fields).collect();
+    ffi::reply_compound(
+        ctx,
+        i64::from(compound.allowed),
+        compound.retry_after.to_reply(),
+        &items,
+    )
+}
+
+fn wrong_type(name: Str, held: Option<&Limiter>, wanted: &Policy) -> String {
+    let shown = String::from_utf8_lossy(ffi::bytes(name)).into_owned();
+    match held {
+        None => format!("WRONGTYPE key '{shown}' holds the wrong kind of value"),
+        Some(limiter) => format!(
+            "WRONGTYPE key '{shown}' holds {}, not {}",
+            limiter.algorithm().description(),
+            wanted.algorithm().description()
+        ),
+    }
+}
