@@ -234,4 +234,41 @@ fn wrong_node_answers_moved_and_hash_tags_keep_limiters_together() {
         before,
         "CROSSSLOT wrote"
     );
+
+    // RL.ALL declares every key: over two slots the server answers
+    // CROSSSLOT and writes nothing; with a hash tag a cluster client routes
+    // it to the owner and it consumes from both limiters.
+    let e = q_err(
+        &mut ocon,
+        &argv!["RL.ALL", 2, &mine[0], &mine[1], "WINDOW", 5, "1h", "GCRA", 5, 1, "1h"],
+    );
+    assert!(e.starts_with("CROSSSLOT"), "{e}");
+    assert_eq!(
+        int(&q(&mut ocon, &argv!["DBSIZE"])),
+        before,
+        "RL.ALL CROSSSLOT wrote"
+    );
+    let day = "rl:{user:42}:day";
+    let v = cq(
+        &mut client,
+        &argv![
+            "RL.ALL",
+            2,
+            api,
+            day,
+            "TOKENBUCKET",
+            100,
+            10,
+            "1s",
+            "WINDOW",
+            1000,
+            "1d"
+        ],
+    );
+    assert_eq!(int(&array(&v)[0]), 1, "{v:?}");
+    assert_eq!(
+        int(&q(&mut ocon, &argv!["CLUSTER", "COUNTKEYSINSLOT", slot])),
+        3,
+        "RL.ALL wrote on the owner of the tag's slot"
+    );
 }
