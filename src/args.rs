@@ -2,7 +2,7 @@
 //! every error names the argument it is about.
 
 use crate::core::gcra::{GcraParams, Interval, ParamError};
-use crate::core::policy::Policy;
+use crate::core::policy::{Policy, Request};
 use crate::core::sliding_log::LogParams;
 use crate::core::token_bucket::TokenBucketParams;
 use crate::core::window::WindowParams;
@@ -90,11 +90,26 @@ fn quoted(text: &[u8]) -> String {
 }
 
 /// The options every RL command takes, plus one flag of its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Options {
     pub cost: u64,
     pub dry_run: bool,
     pub flag: bool,
+    /// PARTIAL: grant min(COST, what is there) instead of all or nothing.
+    pub partial: bool,
+    /// LOCKOUT duration: a denied request locks the key for this long.
+    pub lockout: Option<Millis>,
+}
+
+impl Options {
+    /// The request these options describe, for the core.
+    pub fn request(&self) -> Request {
+        Request {
+            cost: self.cost,
+            partial: self.partial,
+            lockout: self.lockout,
+        }
+    }
 }
 
 /// Parses the options from `first` on; `flag` is the command's own flag
@@ -104,43 +119,61 @@ fn options(
     first: usize,
     flag: Option<&str>,
 ) -> Result<Options, ArgError> {
-    let mut cost = None;
-    let mut dry_run = false;
-    let mut flag_seen = false;
+    let mut options = Options {
+        cost: 1,
+        ..Options::default()
+    };
+    let mut cost_seen = false;
     let mut i = first;
     while i < args.count() {
         let word = args.get(i);
+        let is = |name: &str| word.eq_ignore_ascii_case(name.as_bytes());
         let repeated = |name: &str| ArgError(format!("ERR option {name} is given more than once"));
-        if word.eq_ignore_ascii_case(b"COST") {
-            if cost.is_some() {
+        let value_of = |name: &str, what: &str| {
+            if i + 1 < args.count() {
+                Ok(args.get(i + 1))
+            } else {
+                Err(ArgError(format!("ERR {name} must be followed by {what}")))
+            }
+        };
+        if is("COST") {
+            if cost_seen {
                 return Err(repeated("COST"));
             }
-            if i + 1 >= args.count() {
-                return Err(ArgError(format!(
-                    "ERR COST must be followed by {COST_RANGE}"
-                )));
-            }
-            let value = parse_u64(args.get(i + 1))
+            options.cost = parse_u64(value_of("COST", COST_RANGE)?)
                 .filter(|n| *n <= MAX_COUNT)
                 .ok_or_else(|| must_be("COST", COST_RANGE))?;
-            cost = Some(value);
+            cost_seen = true;
             i += 2;
             continue;
         }
-        if word.eq_ignore_ascii_case(b"DRYRUN") {
-            if dry_run {
+        if is("LOCKOUT") {
+            if options.lockout.is_some() {
+                return Err(repeated("LOCKOUT"));
+            }
+            options.lockout = Some(duration(value_of("LOCKOUT", DURATION_RANGE)?, "LOCKOUT")?);
+            i += 2;
+            continue;
+        }
+        if is("DRYRUN") {
+            if options.dry_run {
                 return Err(repeated("DRYRUN"));
             }
-            dry_run = true;
-        } else if flag.is_some_and(|f| word.eq_ignore_ascii_case(f.as_bytes())) {
-            if flag_seen {
+            options.dry_run = true;
+        } else if is("PARTIAL") {
+            if options.partial {
+                return Err(repeated("PARTIAL"));
+            }
+            options.partial = true;
+        } else if flag.is_some_and(is) {
+            if options.flag {
                 return Err(repeated(flag.unwrap_or_default()));
             }
-            flag_seen = true;
+            options.flag = true;
         } else {
             let known = match flag {
-                Some(f) => format!("{f}, COST or DRYRUN"),
-                None => "COST or DRYRUN".to_string(),
+                Some(f) => format!("{f}, COST, DRYRUN, PARTIAL or LOCKOUT"),
+                None => "COST, DRYRUN, PARTIAL or LOCKOUT".to_string(),
             };
             return Err(ArgError(format!(
                 "ERR unknown option '{}' (expected {known})",
@@ -149,11 +182,12 @@ fn options(
         }
         i += 1;
     }
-    Ok(Options {
-        cost: cost.unwrap_or(1),
-        dry_run,
-        flag: flag_seen,
-    })
+    Ok(options)
+}
+
+/// `amount` of RL.REFUND.
+pub fn amount(text: &[u8]) -> Result<u64, ArgError> {
+    count(text, "amount")
 }
 
 fn need(args: &(impl Args + ?Sized), positional: usize, usage: &str) -> Result<(), ArgError> {
@@ -408,7 +442,7 @@ mod tests {
             Options {
                 cost: 3,
                 dry_run: true,
-                flag: false
+                ..Options::default()
             }
         );
         assert_eq!(tb(&["10", "1", "1s"]).unwrap().1.cost, 1);

@@ -9,7 +9,7 @@
 //! rule (0 exact, 1 redis-cell) and its TAT in nanoseconds as two words.
 
 use super::gcra::{Gcra, GcraParams, Interval};
-use super::limiter::{Algorithm, Effect, Limiter};
+use super::limiter::{Algorithm, Effect, Limiter, Locked};
 use super::sliding_log::{LogParams, LogRecord, SlidingLog};
 use super::time::Nanos;
 use super::token_bucket::{TokenBucket, TokenBucketParams};
@@ -18,6 +18,9 @@ use super::{varint, Millis, MAX_COUNT, MAX_PERIOD, MAX_TIME, MIN_PERIOD};
 
 pub const FORMAT_VERSION: u8 = 1;
 const LOG_RECORD: u8 = 0x80;
+const LOG_REFUND: u8 = 0x81;
+/// A locked limiter: `until`, then the inner limiter's own encoding.
+const LOCKED: u8 = 6;
 
 fn put(out: &mut Vec<u8>, value: u64) {
     out.extend_from_slice(&value.to_le_bytes());
@@ -67,6 +70,12 @@ impl Reader<'_> {
 
 pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
     out.push(FORMAT_VERSION);
+    if let Limiter::Locked(locked) = limiter {
+        out.push(LOCKED);
+        put(out, locked.until.0);
+        encode_limiter(&locked.inner, out);
+        return;
+    }
     out.push(limiter.algorithm() as u8);
     match limiter {
         Limiter::TokenBucket(bucket) => {
@@ -108,6 +117,7 @@ pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
             put(out, (tat >> 64) as u64);
             put(out, tat as u64);
         }
+        Limiter::Locked(_) => {}
     }
 }
 
@@ -190,6 +200,14 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
             let tat = (u128::from(r.u64()?) << 64) | u128::from(r.u64()?);
             Limiter::Gcra(Gcra::restored(params, Nanos(tat))?)
         }
+        LOCKED => {
+            let until = r.time()?;
+            let inner = decode_limiter(bytes.get(r.pos..)?)?;
+            if matches!(inner, Limiter::Locked(_)) {
+                return None;
+            }
+            return Some(Limiter::Locked(Box::new(Locked { until, inner })));
+        }
         _ => return None,
     };
     r.at_end().then_some(limiter)
@@ -206,11 +224,18 @@ pub fn encode_effect(effect: &Effect, out: &mut Vec<u8>) {
             put(out, record.at.0);
             put(out, record.cost);
         }
+        Effect::LogRefund { at, amount } => {
+            out.push(FORMAT_VERSION);
+            out.push(LOG_REFUND);
+            put(out, at.0);
+            put(out, *amount);
+        }
     }
 }
 
 pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
-    if bytes.get(1) != Some(&LOG_RECORD) {
+    let kind = *bytes.get(1)?;
+    if kind != LOG_RECORD && kind != LOG_REFUND {
         return decode_limiter(bytes).map(Effect::Replace);
     }
     let mut r = Reader { bytes, pos: 0 };
@@ -218,15 +243,22 @@ pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
         return None;
     }
     r.u8()?;
-    let record = LogRecord {
-        params: LogParams {
-            limit: r.count()?,
-            period: r.period()?,
-        },
-        at: r.time()?,
-        cost: r.count()?,
+    let effect = if kind == LOG_RECORD {
+        Effect::LogRecord(LogRecord {
+            params: LogParams {
+                limit: r.count()?,
+                period: r.period()?,
+            },
+            at: r.time()?,
+            cost: r.count()?,
+        })
+    } else {
+        Effect::LogRefund {
+            at: r.time()?,
+            amount: r.count()?,
+        }
     };
-    r.at_end().then_some(Effect::LogRecord(record))
+    r.at_end().then_some(effect)
 }
 
 #[cfg(test)]

@@ -209,6 +209,18 @@ pub fn decide(
     (verdict, next)
 }
 
+/// Gives back up to `amount` requests at `now`: the TAT moves back by
+/// `amount x T`, never behind `now` (a full limiter holds no more). Returns
+/// the new state and the requests given back (a fraction of T counts as one).
+pub fn refund(state: &Gcra, now: Millis, amount: u64) -> (Gcra, u64) {
+    let params = state.params();
+    let now = Nanos::from_millis(now);
+    let tat = state.tat().max(now);
+    let back = params.share(amount).min(tat.0 - now.0);
+    let given = u64::try_from(back.div_ceil(params.interval_ns())).unwrap_or(amount);
+    (Gcra::new(params, Nanos(tat.0 - back)), given.min(amount))
+}
+
 impl Verdict {
     /// The standard five fields. A peek is always `allowed` (it asks for
     /// nothing); the other fields still show how far over a lowered limit the
@@ -257,6 +269,24 @@ impl Verdict {
             cell_seconds(self.ahead),
         ]
     }
+}
+
+/// CL.THROTTLE's reply for a key locked out (a lock set by RL.GCRA ...
+/// LOCKOUT, which redis-cell has no notion of): limited, nothing remaining,
+/// retry when the lock ends; a peek (quantity 0) is not limited.
+pub fn locked_cell_reply(outcome: &Outcome, cost: u64) -> [i64; 5] {
+    let seconds = |ms: Millis| cell_seconds(Nanos::from_millis(ms));
+    let retry = match outcome.retry_after {
+        RetryAfter::After(wait) if cost > 0 => seconds(wait),
+        _ => -1,
+    };
+    [
+        i64::from(cost > 0),
+        outcome.limit as i64,
+        0,
+        retry,
+        seconds(outcome.reset_after),
+    ]
 }
 
 /// redis-cell's rounding of a duration to seconds: whole seconds, plus one

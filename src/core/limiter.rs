@@ -15,6 +15,17 @@ pub enum Limiter {
     SlidingWindow(Window),
     SlidingLog(Box<SlidingLog>),
     Gcra(Gcra),
+    /// A limiter locked out (penalty box) until a time: every request is
+    /// denied until then, whatever the limiter holds. Boxed: locks are rare,
+    /// and the other limiters keep their 48 bytes.
+    Locked(Box<Locked>),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Locked {
+    pub until: Millis,
+    /// Never itself `Locked`.
+    pub inner: Limiter,
 }
 
 /// The algorithms, for WRONGTYPE errors and the wire format.
@@ -47,6 +58,8 @@ pub enum Effect {
     /// Log one request in a sliding log, creating the log if it is absent:
     /// O(1) bytes however long the log is.
     LogRecord(LogRecord),
+    /// Give back `amount` of a sliding log's newest cost, as of `at`.
+    LogRefund { at: Millis, amount: u64 },
 }
 
 impl Limiter {
@@ -57,6 +70,7 @@ impl Limiter {
             Limiter::SlidingWindow(_) => Algorithm::SlidingWindow,
             Limiter::SlidingLog(_) => Algorithm::SlidingLog,
             Limiter::Gcra(_) => Algorithm::Gcra,
+            Limiter::Locked(locked) => locked.inner.algorithm(),
         }
     }
 
@@ -70,6 +84,7 @@ impl Limiter {
             Limiter::SlidingWindow(window) => window.empty_at(true),
             Limiter::SlidingLog(log) => log.empty_at(),
             Limiter::Gcra(gcra) => gcra.full_at(),
+            Limiter::Locked(locked) => locked.until.max(locked.inner.expires_at()),
         }
     }
 
@@ -84,6 +99,72 @@ impl Limiter {
             Limiter::SlidingWindow(w) => window::decide(Some(w), w.params, true, now, 0).0,
             Limiter::SlidingLog(log) => sliding_log::decide(Some(log), log.params, now, 0, false).0,
             Limiter::Gcra(g) => gcra::decide(Some(g), g.params(), now, 0).0.outcome(),
+            Limiter::Locked(locked) => locked.peek(locked.inner.peek(now), now),
+        }
+    }
+
+    /// Gives back up to `amount` units at `now` (see each algorithm's
+    /// `refund`). Returns the effect to apply (none when nothing comes back)
+    /// and how much is given back.
+    pub fn refund(&self, now: Millis, amount: u64) -> (Option<Effect>, u64) {
+        let (effect, given) = match self {
+            Limiter::TokenBucket(b) => {
+                let (b, given) = token_bucket::refund(b, now, amount);
+                (Effect::Replace(Limiter::TokenBucket(b)), given)
+            }
+            Limiter::FixedWindow(w) => {
+                let (w, given) = window::refund(w, false, now, amount);
+                (Effect::Replace(Limiter::FixedWindow(w)), given)
+            }
+            Limiter::SlidingWindow(w) => {
+                let (w, given) = window::refund(w, true, now, amount);
+                (Effect::Replace(Limiter::SlidingWindow(w)), given)
+            }
+            Limiter::SlidingLog(log) => {
+                let given = (**log).clone().refund(now, amount);
+                (Effect::LogRefund { at: now, amount }, given)
+            }
+            Limiter::Gcra(g) => {
+                let (g, given) = gcra::refund(g, now, amount);
+                (Effect::Replace(Limiter::Gcra(g)), given)
+            }
+            // A refund gives back to the limiter; a lock stays until it ends.
+            Limiter::Locked(locked) => {
+                let (effect, given) = locked.inner.refund(now, amount);
+                let inner = locked.inner.with_effect(effect);
+                let relocked = Limiter::Locked(Box::new(Locked {
+                    until: locked.until,
+                    inner,
+                }));
+                (Effect::Replace(relocked), given)
+            }
+        };
+        ((given > 0).then_some(effect), given)
+    }
+
+    /// This limiter with `effect` applied (a pure twin of what replication
+    /// does in place).
+    pub fn with_effect(&self, effect: Option<Effect>) -> Limiter {
+        let mut out = self.clone();
+        match (effect, &mut out) {
+            (None, _) => {}
+            (Some(Effect::Replace(limiter)), _) => out = limiter,
+            (Some(effect), Limiter::SlidingLog(log)) => log.apply_effect(&effect),
+            (Some(effect), Limiter::Locked(locked)) => {
+                if let Limiter::SlidingLog(log) = &mut locked.inner {
+                    log.apply_effect(&effect);
+                }
+            }
+            (Some(_), _) => {}
+        }
+        out
+    }
+
+    /// A lock whose time has passed is no lock: the limiter it holds.
+    pub fn unlocked_at(&self, now: Millis) -> &Limiter {
+        match self {
+            Limiter::Locked(locked) if locked.until <= now => &locked.inner,
+            other => other,
         }
     }
 
@@ -91,7 +172,23 @@ impl Limiter {
     pub fn heap_capacity(&self) -> usize {
         match self {
             Limiter::SlidingLog(log) => std::mem::size_of::<SlidingLog>() + log.heap_capacity(),
+            Limiter::Locked(locked) => std::mem::size_of::<Locked>() + locked.inner.heap_capacity(),
             _ => 0,
+        }
+    }
+}
+
+impl Locked {
+    /// What a peek of a locked limiter reports: nothing remains until the
+    /// lock ends, and it is full no earlier than that.
+    pub fn peek(&self, inner: Outcome, now: Millis) -> Outcome {
+        if self.until <= now {
+            return inner;
+        }
+        Outcome {
+            remaining: 0,
+            reset_after: inner.reset_after.max(self.until.saturating_sub(now)),
+            ..inner
         }
     }
 }

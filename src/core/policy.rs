@@ -4,7 +4,7 @@
 //! RL.ALL both go through it.
 
 use super::gcra::{self, GcraParams};
-use super::limiter::{Algorithm, Effect, Limiter};
+use super::limiter::{Algorithm, Effect, Limiter, Locked};
 use super::sliding_log::{self, LogParams};
 use super::token_bucket::{self, TokenBucketParams};
 use super::window::{self, WindowParams};
@@ -95,18 +95,100 @@ impl Policy {
         }
     }
 
-    /// Whether an effect this policy returned for a request it denied still
-    /// belongs in the state when a compound call is denied: only a
-    /// COUNTDENIED log's record of a request that log denied itself.
-    fn keeps_denied_effect(&self, outcome: &Outcome) -> bool {
-        matches!(
-            self,
-            Policy::SlidingLog {
-                count_denied: true,
-                ..
+    /// Decides a request with its options: a lock in force denies it, PARTIAL
+    /// grants what is there, LOCKOUT locks the key when it is denied.
+    pub fn decide_request(
+        &self,
+        state: Option<&Limiter>,
+        now: Millis,
+        request: Request,
+    ) -> Decision {
+        let cost = request.cost;
+        if let Some(Limiter::Locked(locked)) = state {
+            if now < locked.until {
+                return self.locked(locked, now, cost);
             }
-        ) && !outcome.allowed
+        }
+        let state = state.map(|s| s.unlocked_at(now));
+        let grant = if request.partial && cost > 0 {
+            cost.min(self.decide(state, now, 0).0.remaining)
+        } else {
+            cost
+        };
+        // Nothing there to grant: asked as one unit, so the denial tells
+        // when one will be.
+        let asked = if request.partial && cost > 0 {
+            grant.max(1)
+        } else {
+            cost
+        };
+        let (mut outcome, mut effect) = self.decide(state, now, asked);
+        let granted = if outcome.allowed { asked } else { 0 };
+        if let (Some(lock), Some(current), false, true) = (
+            request.lockout,
+            state,
+            outcome.allowed,
+            cost > 0 && outcome.retry_after != RetryAfter::Never,
+        ) {
+            let inner = current.with_effect(effect.take());
+            let until = now.saturating_add(lock);
+            outcome.retry_after = match outcome.retry_after {
+                RetryAfter::After(wait) => RetryAfter::After(wait.max(lock)),
+                never => never,
+            };
+            outcome.reset_after = outcome.reset_after.max(lock);
+            effect = Some(Effect::Replace(Limiter::Locked(Box::new(Locked {
+                until,
+                inner,
+            }))));
+        }
+        Decision {
+            outcome,
+            granted,
+            effect,
+        }
     }
+
+    /// A request while a lock is in force: denied (a peek is told the
+    /// state), nothing written; the lock is not extended.
+    fn locked(&self, locked: &Locked, now: Millis, cost: u64) -> Decision {
+        let (inner, _) = self.decide(Some(&locked.inner), now, cost);
+        let mut outcome = locked.peek(inner, now);
+        if cost > 0 {
+            outcome.allowed = false;
+            if inner.retry_after != RetryAfter::Never {
+                let wait = match inner.retry_after {
+                    RetryAfter::After(w) => w,
+                    RetryAfter::Never => Millis::ZERO,
+                };
+                outcome.retry_after = RetryAfter::After(wait.max(locked.until.saturating_sub(now)));
+            }
+        }
+        Decision {
+            outcome,
+            granted: 0,
+            effect: None,
+        }
+    }
+}
+
+/// A request's options, as the core sees them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Request {
+    pub cost: u64,
+    /// Grant min(cost, what is there) instead of all or nothing.
+    pub partial: bool,
+    /// Lock the key for this long when the request is denied.
+    pub lockout: Option<Millis>,
+}
+
+/// One limiter's decision: its outcome, what it granted, the effect to apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision {
+    pub outcome: Outcome,
+    /// Units consumed (0 when denied; with PARTIAL, possibly less than asked).
+    pub granted: u64,
+    pub effect: Option<Effect>,
 }
 
 /// What RL.ALL answers: the overall decision and each limiter's own outcome.
@@ -117,53 +199,74 @@ pub struct Compound {
     /// (each limiter's own wait only ever shrinks, so the longest one);
     /// Never when one limiter can never allow it.
     pub retry_after: RetryAfter,
+    /// What every limiter consumed (with PARTIAL, the least any could give).
+    pub granted: u64,
     pub outcomes: Vec<Outcome>,
 }
 
 /// One request against several limiters, all or nothing: the effects are
-/// returned (in order, one per limiter) only when every limiter allows it;
-/// otherwise none, except a COUNTDENIED log's record of its own denial. In a
-/// denied call, the limiters that would have allowed it report their state
-/// as it stays, unconsumed (their `COST 0` outcome), so `remaining` is what
-/// is really left.
+/// returned (in order, one per limiter) only when every limiter allows it.
+/// When the call is denied, a limiter that denied it does what it would do
+/// alone (a COUNTDENIED log logs it, LOCKOUT locks it, new token bucket
+/// parameters are stored) and the limiters that would have allowed it are
+/// untouched and report their state as it stays (their `COST 0` outcome), so
+/// `remaining` is what is really left. With PARTIAL every limiter is asked
+/// for the least that all of them have.
 pub fn decide_all(
     policies: &[Policy],
     states: &[Option<&Limiter>],
     now: Millis,
-    cost: u64,
+    request: Request,
 ) -> (Compound, Vec<Option<Effect>>) {
+    let mut request = request;
+    if request.partial && request.cost > 0 {
+        let there = policies
+            .iter()
+            .zip(states)
+            .map(|(p, s)| {
+                p.decide_request(*s, now, Request { cost: 0, ..request })
+                    .outcome
+                    .remaining
+            })
+            .min()
+            .unwrap_or(0);
+        request.cost = request.cost.min(there).max(1);
+        request.partial = false;
+    }
+    let decisions: Vec<Decision> = policies
+        .iter()
+        .zip(states)
+        .map(|(p, s)| p.decide_request(*s, now, request))
+        .collect();
+    let allowed = decisions.iter().all(|d| d.outcome.allowed);
+    let retry_after = decisions.iter().map(|d| d.outcome.retry_after).fold(
+        RetryAfter::After(Millis::ZERO),
+        |worst, r| match (worst, r) {
+            (RetryAfter::Never, _) | (_, RetryAfter::Never) => RetryAfter::Never,
+            (RetryAfter::After(a), RetryAfter::After(b)) => RetryAfter::After(a.max(b)),
+        },
+    );
     let mut outcomes = Vec::with_capacity(policies.len());
     let mut effects = Vec::with_capacity(policies.len());
-    for (policy, state) in policies.iter().zip(states) {
-        let (outcome, effect) = policy.decide(*state, now, cost);
-        outcomes.push(outcome);
-        effects.push(effect);
-    }
-    let allowed = outcomes.iter().all(|o| o.allowed);
-    let retry_after =
-        outcomes
-            .iter()
-            .map(|o| o.retry_after)
-            .fold(RetryAfter::After(Millis::ZERO), |worst, r| {
-                match (worst, r) {
-                    (RetryAfter::Never, _) | (_, RetryAfter::Never) => RetryAfter::Never,
-                    (RetryAfter::After(a), RetryAfter::After(b)) => RetryAfter::After(a.max(b)),
-                }
-            });
-    if !allowed {
-        for (i, policy) in policies.iter().enumerate() {
-            if !policy.keeps_denied_effect(&outcomes[i]) {
-                effects[i] = None;
-            }
-            if outcomes[i].allowed {
-                outcomes[i] = policy.decide(states[i], now, 0).0;
-            }
+    for ((policy, state), decision) in policies.iter().zip(states).zip(decisions) {
+        if allowed || !decision.outcome.allowed {
+            outcomes.push(decision.outcome);
+            effects.push(decision.effect);
+        } else {
+            outcomes.push(
+                policy
+                    .decide_request(*state, now, Request { cost: 0, ..request })
+                    .outcome,
+            );
+            effects.push(None);
         }
     }
+    let granted = if allowed { request.cost } else { 0 };
     (
         Compound {
             allowed,
             retry_after,
+            granted,
             outcomes,
         },
         effects,

@@ -233,6 +233,51 @@ impl SlidingLog {
         }
     }
 
+    /// Applies a log effect (a record or a refund); others do not apply to a log.
+    pub fn apply_effect(&mut self, effect: &super::limiter::Effect) {
+        match *effect {
+            super::limiter::Effect::LogRecord(record) => self.apply(record),
+            super::limiter::Effect::LogRefund { at, amount } => {
+                self.refund(at, amount);
+            }
+            super::limiter::Effect::Replace(_) => {}
+        }
+    }
+
+    /// Gives back up to `amount` of the most recently logged cost that is
+    /// still in the window at `at`, newest entries first; returns how much.
+    /// Entries that left the window give nothing back. Deterministic in
+    /// (log, at, amount), so replicas replay it exactly (`Effect::LogRefund`).
+    /// O(entries): refunds are rare next to requests.
+    pub fn refund(&mut self, at: Millis, amount: u64) -> u64 {
+        let at = at.max(self.last);
+        let period = self.params.period;
+        let mut entries: Vec<(Millis, u64)> = self.entries().collect();
+        let mut left = amount;
+        while let Some(newest) = entries.last_mut() {
+            if left == 0 || newest.0.saturating_add(period) <= at {
+                break;
+            }
+            let take = left.min(newest.1);
+            newest.1 -= take;
+            left -= take;
+            if newest.1 == 0 {
+                entries.pop();
+            }
+        }
+        let given = amount - left;
+        // The newest remaining entry's time becomes the latest update, as
+        // the stored form requires.
+        let last = entries.last().map_or(self.last, |e| e.0);
+        match SlidingLog::from_entries(self.params, last, entries) {
+            Some(log) if given > 0 => {
+                *self = log;
+                given
+            }
+            _ => 0,
+        }
+    }
+
     /// Rebuilds a log from its entries (oldest first), exactly as they were
     /// (an entry written under a larger limit keeps its count); `None` when
     /// they are not strictly increasing in time, a count is 0 or above any

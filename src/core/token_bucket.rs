@@ -111,6 +111,22 @@ impl TokenBucket {
     }
 }
 
+/// Gives back up to `amount` tokens at `now`, capped at the capacity.
+/// Returns the new state and the tokens given back (a fraction of a token
+/// of room counts as one).
+pub fn refund(bucket: &TokenBucket, now: Millis, amount: u64) -> (TokenBucket, u64) {
+    let current = bucket.advanced(bucket.params, now);
+    let full = current.params.full_level();
+    let period = current.params.period();
+    let level = current.level();
+    let after = level.saturating_add(u128::from(amount) * period).min(full);
+    let given = u64::try_from((after - level).div_ceil(period)).unwrap_or(amount);
+    (
+        TokenBucket::new(current.params, current.last, after),
+        given.min(amount),
+    )
+}
+
 /// Decides a request of `cost` tokens at `now`. Returns the outcome and, when
 /// the request changes the state (it consumed tokens, or changed the
 /// parameters), the new state. A peek (cost 0) never changes it.

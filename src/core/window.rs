@@ -95,6 +95,20 @@ impl Window {
     }
 }
 
+/// Gives back up to `amount` of the current window's count at `now`, never
+/// below zero. A window that has ended gives nothing back: its count (the
+/// sliding counter's previous window) stays as it was. Returns the new state
+/// and how much was given back.
+pub fn refund(window: &Window, sliding: bool, now: Millis, amount: u64) -> (Window, u64) {
+    let mut current = window.advanced(window.params, now);
+    if !sliding {
+        current.previous = 0;
+    }
+    let given = amount.min(current.current);
+    current.current -= given;
+    (current, given)
+}
+
 /// Decides a request of `cost` at `now`; `sliding` picks the algorithm.
 pub fn decide(
     state: Option<&Window>,

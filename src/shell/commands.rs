@@ -21,9 +21,11 @@ fn parsed<T>(ctx: Ctx, result: Result<T, ArgError>) -> Result<T, c_int> {
     result.map_err(|error| fail(ctx, &error.0))
 }
 
-/// What a command answers: the standard five fields, or redis-cell's array.
+/// What a command answers: the standard five fields (plus `granted` with
+/// PARTIAL), or redis-cell's array.
 pub enum Answer {
     Standard(Outcome),
+    Partial(Outcome, u64),
     RedisCell([i64; 5]),
 }
 
@@ -36,7 +38,7 @@ impl From<Outcome> for Answer {
 impl Answer {
     fn allowed(&self) -> bool {
         match self {
-            Answer::Standard(outcome) => outcome.allowed,
+            Answer::Standard(outcome) | Answer::Partial(outcome, _) => outcome.allowed,
             Answer::RedisCell(fields) => fields[0] == 0,
         }
     }
@@ -81,6 +83,10 @@ fn execute<A: Into<Answer>>(
     metrics::record(algorithm, answer.allowed());
     match answer {
         Answer::Standard(outcome) => reply(ctx, &outcome),
+        Answer::Partial(outcome, granted) => {
+            let [a, b, c, d, e] = fields(&outcome);
+            ffi::reply_fields(ctx, &[a, b, c, d, e, (c"granted", granted as i64)])
+        }
         // redis-cell replies a plain array, under RESP3 too.
         Answer::RedisCell(fields) => ffi::reply_integers(ctx, &fields),
     }
@@ -104,7 +110,13 @@ pub fn fields(outcome: &Outcome) -> [(&'static std::ffi::CStr, i64); 5] {
 /// One policy on one key: the single-limiter commands.
 fn run_policy(ctx: Ctx, key_name: Str, policy: Policy, options: Options) -> c_int {
     execute(ctx, key_name, options, policy.algorithm(), |state, now| {
-        policy.decide(state, now, options.cost)
+        let decision = policy.decide_request(state, now, options.request());
+        let answer = if options.partial {
+            Answer::Partial(decision.outcome, decision.granted)
+        } else {
+            Answer::Standard(decision.outcome)
+        };
+        (answer, decision.effect)
     })
 }
 
@@ -155,8 +167,7 @@ pub fn gcra(ctx: Ctx, argv: &[Str]) -> c_int {
 fn quantity(cost: u64) -> Options {
     Options {
         cost,
-        dry_run: false,
-        flag: false,
+        ..Options::default()
     }
 }
 
@@ -181,6 +192,15 @@ pub fn cl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
     };
     let options = quantity(cost);
     execute(ctx, argv[1], options, Algorithm::Gcra, |state, now| {
+        let state = state.map(|s| s.unlocked_at(now));
+        if let Some(Limiter::Locked(_)) = state {
+            // Locked out (RL.GCRA ... LOCKOUT): limited until the lock ends.
+            let decision = Policy::Gcra(params).decide_request(state, now, options.request());
+            return (
+                Answer::RedisCell(gcra::locked_cell_reply(&decision.outcome, options.cost)),
+                None,
+            );
+        }
         let current = match state {
             Some(Limiter::Gcra(g)) => Some(g),
             _ => None,
@@ -191,6 +211,55 @@ pub fn cl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
             next.map(|g| Effect::Replace(Limiter::Gcra(g))),
         )
     })
+}
+
+/// `RL.REFUND key amount`: gives back up to `amount` units to the limiter
+/// under its own parameters. Replies its state after the refund (the five
+/// fields of a peek) plus `refunded`, what came back; nil when the key holds
+/// no limiter (it is full: there is nothing to give back).
+pub fn refund(ctx: Ctx, argv: &[Str]) -> c_int {
+    let amount = match parsed(ctx, args::amount(ffi::bytes(argv[2]))) {
+        Ok(amount) => amount,
+        Err(status) => return status,
+    };
+    let Some(mut key) = Key::open(ctx, argv[1], true) else {
+        return fail(ctx, "ERR could not open the key for writing");
+    };
+    let now = ffi::now();
+    let (effect, refunded) = match key.get::<Limiter>(raw_type()) {
+        Slot::Empty => return ffi::reply_null(ctx),
+        Slot::Foreign => return fail(ctx, replication::WRONGTYPE),
+        Slot::Ours(limiter) => limiter.refund(now, amount),
+    };
+    if let Some(effect) = effect {
+        if let Err(message) = replication::commit(ctx, &mut key, argv[1], effect) {
+            return fail(ctx, message);
+        }
+    }
+    let outcome = match key.get::<Limiter>(raw_type()) {
+        Slot::Ours(limiter) => limiter.peek(now),
+        _ => return ffi::reply_null(ctx),
+    };
+    let [a, b, c, d, e] = fields(&outcome);
+    ffi::reply_fields(ctx, &[a, b, c, d, e, (c"refunded", refunded as i64)])
+}
+
+/// `RL.UNLOCK key`: ends a lockout (LOCKOUT) now, keeping the limiter's
+/// counts. Replies 1 when a lock was lifted, 0 otherwise.
+pub fn unlock(ctx: Ctx, argv: &[Str]) -> c_int {
+    let Some(mut key) = Key::open(ctx, argv[1], true) else {
+        return fail(ctx, "ERR could not open the key for writing");
+    };
+    let now = ffi::now();
+    let inner = match key.get::<Limiter>(raw_type()) {
+        Slot::Foreign => return fail(ctx, replication::WRONGTYPE),
+        Slot::Ours(Limiter::Locked(locked)) if locked.until > now => locked.inner.clone(),
+        _ => return ffi::reply_integer(ctx, 0),
+    };
+    if let Err(message) = replication::commit(ctx, &mut key, argv[1], Effect::Replace(inner)) {
+        return fail(ctx, message);
+    }
+    ffi::reply_integer(ctx, 1)
 }
 
 /// `RL.PEEK key`: the limiter's state under its own parameters, read-only

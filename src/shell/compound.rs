@@ -56,7 +56,7 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
             Slot::Ours(limiter) => states.push(Some(&*limiter)),
         }
     }
-    let (compound, effects) = policy::decide_all(&policies, &states, now, options.cost);
+    let (compound, effects) = policy::decide_all(&policies, &states, now, options.request());
     drop(states);
     if may_write {
         for ((key, effect), name) in keys.iter_mut().zip(effects).zip(names) {
@@ -69,10 +69,12 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     }
     metrics::record_all(compound.allowed);
     let items: Vec<_> = compound.outcomes.iter().map(fields).collect();
+    let granted = options.partial.then_some(compound.granted as i64);
     ffi::reply_compound(
         ctx,
         i64::from(compound.allowed),
         compound.retry_after.to_reply(),
+        granted,
         &items,
     )
 }

@@ -65,6 +65,11 @@ pub fn reply_ok(ctx: Ctx) -> c_int {
     unsafe { raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, c"OK".as_ptr()) }
 }
 
+pub fn reply_integer(ctx: Ctx, value: i64) -> c_int {
+    // SAFETY: ctx is the live command context.
+    unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, value) }
+}
+
 pub fn reply_null(ctx: Ctx) -> c_int {
     // SAFETY: ctx is the live command context.
     unsafe { raw::RedisModule_ReplyWithNull.unwrap()(ctx) }
@@ -91,12 +96,14 @@ pub fn reply_fields(ctx: Ctx, fields: &[(&CStr, i64)]) -> c_int {
     raw::Status::Ok as c_int
 }
 
-/// RL.ALL's reply: under RESP3 a map {allowed, retry_after_ms, limiters:
-/// [map, ...]}; under RESP2 the array [allowed, retry_after_ms, [[...], ...]].
+/// RL.ALL's reply: under RESP3 a map {allowed, retry_after_ms, [granted,]
+/// limiters: [map, ...]}; under RESP2 the array [allowed, retry_after_ms,
+/// [granted,] [[...], ...]]. `granted` only with PARTIAL.
 pub fn reply_compound(
     ctx: Ctx,
     allowed: i64,
     retry_after: i64,
+    granted: Option<i64>,
     limiters: &[[(&CStr, i64); 5]],
 ) -> c_int {
     let resp3 = is_resp3(ctx);
@@ -107,15 +114,20 @@ pub fn reply_compound(
                 raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, n.as_ptr());
             }
         };
+        let len = 3 + i64::from(granted.is_some());
         if resp3 {
-            raw::RedisModule_ReplyWithMap.unwrap()(ctx, 3);
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, len as _);
         } else {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, 3);
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, len as _);
         }
         name(c"allowed");
         raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, allowed);
         name(c"retry_after_ms");
         raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, retry_after);
+        if let Some(granted) = granted {
+            name(c"granted");
+            raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, granted);
+        }
         name(c"limiters");
         raw::RedisModule_ReplyWithArray.unwrap()(ctx, limiters.len() as _);
     }

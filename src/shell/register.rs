@@ -104,6 +104,8 @@ entry_point!(window_entry, commands::window);
 entry_point!(sliding_log_entry, commands::sliding_log);
 entry_point!(gcra_entry, commands::gcra);
 entry_point!(all_entry, compound::all);
+entry_point!(refund_entry, commands::refund);
+entry_point!(unlock_entry, commands::unlock);
 entry_point!(rl_throttle_entry, commands::rl_throttle);
 entry_point!(cl_throttle_entry, commands::cl_throttle);
 entry_point!(apply_entry, apply_handler);
@@ -128,7 +130,7 @@ const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
 /// what the module sets, so name them too (`+@write -@slow` users expect them).
 const LIMITER_CATEGORIES: &CStr = c"write fast ratelimit";
 
-static COMMANDS: [Spec; 8] = [
+static COMMANDS: [Spec; 10] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
@@ -194,6 +196,28 @@ static COMMANDS: [Spec; 8] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::NumKeys,
+    },
+    Spec {
+        name: c"rl.refund",
+        entry: refund_entry,
+        flags: LIMITER_FLAGS,
+        arity: 3,
+        summary: c"Gives back up to `amount` units to a limiter (tokens, the current window's count, the newest logged cost, GCRA time).",
+        complexity: c"O(1), or O(N) for a sliding log of N entries.",
+        acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+        keys: Keys::First,
+    },
+    Spec {
+        name: c"rl.unlock",
+        entry: unlock_entry,
+        flags: LIMITER_FLAGS,
+        arity: 2,
+        summary: c"Ends a lockout (LOCKOUT) now, keeping the limiter's counts. Replies 1 when a lock was lifted.",
+        complexity: c"O(1), or O(N) for a sliding log of N entries.",
+        acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+        keys: Keys::First,
     },
     Spec {
         name: c"rl.peek",

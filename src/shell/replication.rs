@@ -28,13 +28,28 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
     let expires_at = match key.get::<Limiter>(ty) {
         Slot::Foreign => return Err(WRONGTYPE),
         Slot::Ours(current) => {
+            // A request logged after a lock ended leaves the lock behind.
+            if let (Limiter::Locked(locked), Effect::LogRecord(record)) = (&*current, &effect) {
+                if locked.until <= record.at {
+                    *current = current.unlocked_at(record.at).clone();
+                }
+            }
             match (&mut *current, effect) {
                 (current, Effect::Replace(limiter)) => *current = limiter,
-                (Limiter::SlidingLog(log), Effect::LogRecord(record)) => log.apply(record),
-                (_, Effect::LogRecord(_)) => return Err(WRONGTYPE),
+                (Limiter::SlidingLog(log), effect) => log.apply_effect(&effect),
+                (Limiter::Locked(locked), effect)
+                    if matches!(locked.inner, Limiter::SlidingLog(_)) =>
+                {
+                    if let Limiter::SlidingLog(log) = &mut locked.inner {
+                        log.apply_effect(&effect);
+                    }
+                }
+                (_, Effect::LogRecord(_) | Effect::LogRefund { .. }) => return Err(WRONGTYPE),
             }
             current.expires_at()
         }
+        // Nothing to give back to a limiter that is not there (it is full).
+        Slot::Empty if matches!(effect, Effect::LogRefund { .. }) => return Ok(()),
         Slot::Empty => {
             let limiter = match effect {
                 Effect::Replace(limiter) => limiter,
@@ -43,6 +58,7 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
                     log.apply(record);
                     Limiter::SlidingLog(Box::new(log))
                 }
+                Effect::LogRefund { .. } => return Ok(()),
             };
             let at = limiter.expires_at();
             if !key.set(ty, Box::new(limiter)) {

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::core::codec::{decode_effect, decode_limiter};
 use crate::core::gcra::{self, Gcra, GcraParams, Interval};
-use crate::core::limiter::{Effect, Limiter};
+use crate::core::limiter::{Effect, Limiter, Locked};
 use crate::core::sliding_log::{self, LogParams, LogRecord, SlidingLog};
 use crate::core::token_bucket::{self, TokenBucket, TokenBucketParams};
 use crate::core::window::{self, Window, WindowParams};
@@ -174,6 +174,11 @@ fn plausible_limiter(limiter: &Limiter) -> bool {
                 && w.previous <= MAX_COUNT
                 && w.current <= MAX_COUNT
         }
+        Limiter::Locked(l) => {
+            !matches!(l.inner, Limiter::Locked(_))
+                && l.until <= crate::core::MAX_TIME
+                && plausible_limiter(&l.inner)
+        }
         Limiter::Gcra(g) => {
             count_ok(g.params().limit)
                 && count_ok(g.params().rate)
@@ -237,6 +242,13 @@ fn check_decoded(input: &[u8]) -> Result<(), TestCaseError> {
             let mut log = SlidingLog::new(record.params);
             log.apply(record);
         }
+        Some(Effect::LogRefund { at, amount }) => {
+            prop_assert!(count_ok(amount) && at <= crate::core::MAX_TIME);
+            prop_assert_eq!(
+                encoded_effect(&Effect::LogRefund { at, amount }),
+                input.to_vec()
+            );
+        }
         None => {}
     }
     Ok(())
@@ -291,6 +303,26 @@ fn plausible_log_bytes() -> impl Strategy<Value = Vec<u8>> {
                 entries,
             )
         })
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A locked limiter (LOCKOUT) round-trips with its lock and its inner
+    /// state; a lock inside a lock is refused.
+    #[test]
+    fn codec_locked_limiters_round_trip(s in scenario(), until in 0..=crate::core::MAX_TIME.0) {
+        let (limiters, _) = play(&s);
+        for inner in limiters {
+            let locked = Limiter::Locked(Box::new(Locked { until: Millis(until), inner }));
+            let bytes = encoded(&locked);
+            let back = decode_limiter(&bytes);
+            prop_assert!(back.as_ref().is_some_and(|b| same_limiter(b, &locked)), "{:?}", locked);
+            check_decoded(&bytes)?;
+            let twice = Limiter::Locked(Box::new(Locked { until: Millis(until), inner: locked }));
+            prop_assert!(decode_limiter(&encoded(&twice)).is_none());
+        }
+    }
 }
 
 proptest! {

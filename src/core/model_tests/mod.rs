@@ -212,6 +212,9 @@ fn encoded_effect(effect: &Effect) -> Vec<u8> {
 /// last update, entries), not by the layout of its buffer.
 fn same_limiter(a: &Limiter, b: &Limiter) -> bool {
     match (a, b) {
+        (Limiter::Locked(x), Limiter::Locked(y)) => {
+            x.until == y.until && same_limiter(&x.inner, &y.inner)
+        }
         (Limiter::SlidingLog(x), Limiter::SlidingLog(y)) => {
             x.params == y.params
                 && x.last_update() == y.last_update()
@@ -261,6 +264,7 @@ fn exercise(limiter: &Limiter) {
                 Limiter::SlidingWindow(w) => {
                     let _ = crate::core::window::decide(Some(w), w.params, true, now, cost);
                 }
+                Limiter::Locked(locked) => exercise(&locked.inner),
                 Limiter::Gcra(g) => {
                     let (verdict, _) = crate::core::gcra::decide(Some(g), g.params(), now, cost);
                     let _ = (verdict.outcome(), verdict.redis_cell_reply());
@@ -282,6 +286,9 @@ fn exercise(limiter: &Limiter) {
                 }
             }
             let _ = limiter.expires_at();
+            let _ = limiter.peek(now);
+            let (effect, _) = limiter.refund(now, cost.max(1));
+            let _ = limiter.with_effect(effect);
         }
     }
 }
