@@ -142,6 +142,10 @@ def cases(server, with_lua, cell_server=None):
             (f"RL.WINDOW SLIDING ({label})", "rl", ["RL.WINDOW", f"sw:{keyname}", "1000000", "1m", "SLIDING"]),
             (f"RL.GCRA ({label})", "rl", ["RL.GCRA", f"gc:{keyname}", "1000000", "1000", "1s"]),
             (f"CL.THROTTLE, this module ({label})", "rl", ["CL.THROTTLE", f"cl:{keyname}", "999999", "1000", "1"]),
+            # Two limiters in one atomic call, beside the same two as single calls.
+            (f"RL.ALL, two limiters ({label})", "rl",
+             ["RL.ALL", "2", f"a1:{keyname}", f"a2:{keyname}",
+              "TOKENBUCKET", "1000000", "1000", "1s", "WINDOW", "1000000", "1m"]),
         ]
         for limit in (10, 1000, 100000):
             out.append((f"RL.SLIDINGLOG limit {limit} ({label})", "rl",
