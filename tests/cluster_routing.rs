@@ -266,9 +266,12 @@ fn wrong_node_answers_moved_and_hash_tags_keep_limiters_together() {
         ],
     );
     assert_eq!(int(&array(&v)[0]), 1, "{v:?}");
-    assert_eq!(
-        int(&q(&mut ocon, &argv!["CLUSTER", "COUNTKEYSINSLOT", slot])),
-        3,
+    // The cluster client routes an unknown command by its first argument
+    // (here "2"), to whichever node; that node must answer MOVED, not write
+    // the keys of a slot it does not own. (The bucket refills within 100 ms
+    // and expires; the day window stays.)
+    assert!(
+        exists(&mut ocon, day),
         "RL.ALL wrote on the owner of the tag's slot"
     );
 }

@@ -9,6 +9,7 @@ pub mod limiter;
 mod model_tests;
 pub mod policy;
 pub mod sliding_log;
+pub mod slot;
 pub mod time;
 pub mod token_bucket;
 pub mod varint;

@@ -12,6 +12,7 @@ use super::{metrics, replication};
 use crate::args;
 use crate::core::limiter::Limiter;
 use crate::core::policy::{self, Policy};
+use crate::core::slot;
 
 fn fail(ctx: Ctx, message: &str) -> c_int {
     metrics::record_error();
@@ -20,6 +21,16 @@ fn fail(ctx: Ctx, message: &str) -> c_int {
 
 /// `RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]`
 pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
+    // The server asks a getkeys-api command for its keys (cluster routing,
+    // ACL). Found in testing: with the numkeys key spec alone, a node that
+    // did not own the keys' slot executed the call and wrote them.
+    if ffi::is_keys_position_request(ctx) {
+        let count = args::parse_u64(ffi::bytes(argv[1])).unwrap_or(0) as usize;
+        for position in 2..(2 + count).min(argv.len()) {
+            ffi::key_at_pos(ctx, position);
+        }
+        return ffi::reply_ok(ctx);
+    }
     let (numkeys, policies, options) = match args::all(&Argv(&argv[1..])) {
         Ok(parsed) => parsed,
         Err(error) => return fail(ctx, &error.0),
@@ -32,6 +43,15 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         {
             let shown = String::from_utf8_lossy(ffi::bytes(*name)).into_owned();
             return fail(ctx, &format!("ERR key '{shown}' is given more than once"));
+        }
+    }
+    // Defence in depth: the server checks the slots of the keys that the
+    // keys position request reports; a call over several slots must never
+    // write, so the module checks too (cheap, and only in cluster mode).
+    if ffi::is_cluster(ctx) {
+        let slot = slot::key_slot(ffi::bytes(names[0]));
+        if names.iter().any(|n| slot::key_slot(ffi::bytes(*n)) != slot) {
+            return fail(ctx, "CROSSSLOT Keys in request don't hash to the same slot");
         }
     }
     // A peek or dry run opens every key read-only: it cannot create or touch them.

@@ -53,6 +53,24 @@ pub fn is_resp3(ctx: Ctx) -> bool {
     (flags as u32) & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
 }
 
+/// Whether the server is asking a `getkeys-api` command for its keys.
+pub fn is_keys_position_request(ctx: Ctx) -> bool {
+    // SAFETY: ctx is the live command context.
+    unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx) != 0 }
+}
+
+/// Answers a keys position request: argument `position` is a key.
+pub fn key_at_pos(ctx: Ctx, position: usize) {
+    // SAFETY: ctx is a keys position request context.
+    unsafe { raw::RedisModule_KeyAtPos.unwrap()(ctx, position as c_int) }
+}
+
+pub fn is_cluster(ctx: Ctx) -> bool {
+    // SAFETY: ctx is the live command context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) };
+    (flags as u32) & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+}
+
 pub fn reply_error(ctx: Ctx, message: &str) -> c_int {
     let text = std::ffi::CString::new(message.replace('\0', "?"))
         .unwrap_or_else(|_| c"ERR internal error".to_owned());

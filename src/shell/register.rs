@@ -189,7 +189,7 @@ static COMMANDS: [Spec; 10] = [
     Spec {
         name: c"rl.all",
         entry: all_entry,
-        flags: LIMITER_FLAGS,
+        flags: c"write deny-oom fast getkeys-api",
         arity: -5,
         summary: c"Applies one request to several limiters (one per key, any algorithms), consuming from all of them only when every one allows it.",
         complexity: c"O(N) for N limiters, each as its own command.",
