@@ -342,13 +342,7 @@ fn bad_input_changes_nothing() {
 fn replica_and_reload_hold_the_same_state() {
     let (primary, replica) = primary_and_replica(&[]);
     let mut con = primary.conn();
-    let mut seed = 0x2545_f491_u64;
-    let mut next = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x2545_f491_u64);
     let keys: Vec<String> = (0..6).map(|i| format!("{{r}}k{i}")).collect();
     let specs = |i: usize| -> Vec<String> {
         match i % 5 {

@@ -345,13 +345,7 @@ fn bad_throttle_arguments_change_nothing() {
 fn replicas_and_reloads_keep_gcra_state() {
     let (primary, replica) = primary_and_replica(&[]);
     let mut con = primary.conn();
-    let mut seed = 0x9e37_79b9_u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x9e37_79b9_u64);
     for _ in 0..600 {
         let key = format!("g:{}", next() % 12);
         let n = next();

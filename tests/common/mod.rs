@@ -623,6 +623,16 @@ impl Reply {
     }
 }
 
+/// A small seeded generator (xorshift64) for reproducible random traffic.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 /// Runs an RL command and parses its reply; panics on an error.
 pub fn rl(con: &mut Connection, argv: &[String]) -> Reply {
     Reply::parse(&q(con, argv))
