@@ -365,23 +365,15 @@ fn replica_and_reload_hold_the_same_state() {
     }
     sync_replica(&primary, &replica);
     let mut rcon = replica.conn();
-    let states: Vec<(String, i64)> = keys
-        .iter()
-        .map(|k| (digest(&mut con, k), pexpiretime(&mut con, k)))
-        .collect();
-    for (key, state) in keys.iter().zip(&states) {
-        assert_eq!(
-            &(digest(&mut rcon, key), pexpiretime(&mut rcon, key)),
-            state,
-            "{key}"
-        );
+    let states = digests_and_expiries(&mut con, &keys);
+    let on_replica = digests_and_expiries(&mut rcon, &keys);
+    for ((key, state), replicated) in keys.iter().zip(&states).zip(&on_replica) {
+        assert_eq!(replicated, state, "{key}");
     }
     q(&mut con, &argv!["DEBUG", "RELOAD"]);
-    for (key, state) in keys.iter().zip(&states) {
-        assert_eq!(
-            &(digest(&mut con, key), pexpiretime(&mut con, key)),
-            state,
-            "{key} reloaded"
-        );
-    }
+    assert_eq!(
+        digests_and_expiries(&mut con, &keys),
+        states,
+        "after DEBUG RELOAD"
+    );
 }

@@ -361,16 +361,10 @@ fn replicas_and_reloads_keep_gcra_state() {
     sync_replica(&primary, &replica);
     let mut rcon = replica.conn();
     let keys: Vec<String> = (0..12).map(|i| format!("g:{i}")).collect();
-    let states: Vec<(String, i64)> = keys
-        .iter()
-        .map(|k| (digest(&mut con, k), pexpiretime(&mut con, k)))
-        .collect();
-    for (key, state) in keys.iter().zip(&states) {
-        assert_eq!(
-            &(digest(&mut rcon, key), pexpiretime(&mut rcon, key)),
-            state,
-            "{key}"
-        );
+    let states = digests_and_expiries(&mut con, &keys);
+    let on_replica = digests_and_expiries(&mut rcon, &keys);
+    for ((key, state), replicated) in keys.iter().zip(&states).zip(&on_replica) {
+        assert_eq!(replicated, state, "{key}");
         if let Some(payload) = dump(&mut con, key) {
             q(&mut con, &argv!["DEL", "copy"]);
             // With the same expiry: a key's digest includes whether it has one.
@@ -386,13 +380,11 @@ fn replicas_and_reloads_keep_gcra_state() {
     }
     q(&mut con, &argv!["DEL", "copy"]);
     q(&mut con, &argv!["DEBUG", "RELOAD"]);
-    for (key, state) in keys.iter().zip(&states) {
-        assert_eq!(
-            &(digest(&mut con, key), pexpiretime(&mut con, key)),
-            state,
-            "{key} after DEBUG RELOAD"
-        );
-    }
+    assert_eq!(
+        digests_and_expiries(&mut con, &keys),
+        states,
+        "after DEBUG RELOAD"
+    );
 }
 
 #[test]

@@ -760,6 +760,14 @@ pub fn dump(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// (DEBUG DIGEST-VALUE, PEXPIRETIME) of each key: what must be equal on a
+/// replica, after a reload or a restore.
+pub fn digests_and_expiries(con: &mut Connection, keys: &[String]) -> Vec<(String, i64)> {
+    keys.iter()
+        .map(|k| (digest(con, k), pexpiretime(con, k)))
+        .collect()
+}
+
 /// Everything observable about a key, to check it is untouched.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyState {
