@@ -352,7 +352,8 @@ pub fn decide(
         live_total = live_total.saturating_sub(count);
     }
 
-    let allowed = cost <= limit && live_total.saturating_add(cost) <= limit;
+    // A peek (cost 0) is always granted, even over a lowered limit.
+    let allowed = cost == 0 || (cost <= limit && live_total.saturating_add(cost) <= limit);
     let logged = cost > 0 && (allowed || (count_denied && cost <= limit));
     let total_after = live_total.saturating_add(if logged { cost } else { 0 });
     let newest = if logged {

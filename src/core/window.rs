@@ -130,7 +130,10 @@ pub fn decide(
     // previous * (period - elapsed): the previous window's weight, times period.
     let carried = u128::from(window.previous) * (period - u128::from(elapsed).min(period));
     let used = carried + u128::from(window.current) * period;
-    let allowed = cost <= params.limit && used + u128::from(cost) * period <= limit * period;
+    // A peek (cost 0) asks for nothing, so it is always granted, even over a
+    // lowered limit: it reports remaining = 0 there, never a wait.
+    let allowed =
+        cost == 0 || (cost <= params.limit && used + u128::from(cost) * period <= limit * period);
     if allowed {
         window.current += cost;
     }

@@ -43,10 +43,12 @@ impl WindowModel {
             + u128::from(previous) * u128::from(period - elapsed)
     }
 
+    /// A peek (cost 0) passes even over a lowered limit: it asks for nothing.
     fn passes(&self, params: WindowParams, sliding: bool, now: u64, cost: u64) -> bool {
         let p = u128::from(params.period.0);
-        self.used_scaled(params.period.0, sliding, now) + u128::from(cost) * p
-            <= u128::from(params.limit) * p
+        cost == 0
+            || self.used_scaled(params.period.0, sliding, now) + u128::from(cost) * p
+                <= u128::from(params.limit) * p
     }
 
     fn is_empty(&self, period: u64, sliding: bool, now: u64) -> bool {
