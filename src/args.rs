@@ -297,8 +297,9 @@ pub fn throttle(
     Ok((gcra_params(params, "(max_burst + 1)")?, quantity))
 }
 
-/// The most limiters one RL.ALL call takes.
-pub const MAX_LIMITERS: usize = 16;
+/// The most limiters one RL.ALL call takes unless the config
+/// `ratelimit.max-limiters` says otherwise.
+pub const DEFAULT_MAX_LIMITERS: usize = 16;
 
 const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN], a limiter per key: TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period";
 
@@ -311,11 +312,18 @@ fn is_algorithm_name(word: &[u8]) -> bool {
 /// `numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]` (RL.ALL,
 /// from numkeys on). Returns numkeys, the limiters in key order and the
 /// options. Every error names the limiter and the argument it is about.
-pub fn all(args: &(impl Args + ?Sized)) -> Result<(usize, Vec<Policy>, Options), ArgError> {
+pub fn all(
+    args: &(impl Args + ?Sized),
+    max_limiters: usize,
+) -> Result<(usize, Vec<Policy>, Options), ArgError> {
     let numkeys = parse_u64(args.get(0))
-        .filter(|n| (1..=MAX_LIMITERS as u64).contains(n))
-        .ok_or_else(|| must_be("numkeys", &format!("an integer from 1 to {MAX_LIMITERS}")))?
-        as usize;
+        .filter(|n| (1..=max_limiters as u64).contains(n))
+        .ok_or_else(|| {
+            must_be(
+                "numkeys",
+                &format!("an integer from 1 to {max_limiters} (ratelimit.max-limiters)"),
+            )
+        })? as usize;
     if args.count() < 1 + numkeys {
         return Err(ArgError(format!(
             "ERR numkeys is {numkeys} but only {} keys follow: {ALL_USAGE}",
@@ -504,7 +512,7 @@ mod tests {
         let parse = |w: &str| {
             let owned = words(w);
             let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
-            all(args.as_slice())
+            all(args.as_slice(), DEFAULT_MAX_LIMITERS)
         };
         let (n, policies, options) =
             parse("3 a b c TOKENBUCKET 10 1 1s window 100 1m SLIDING GCRA 5 1 1s COST 2 DRYRUN")

@@ -7,8 +7,10 @@ pub mod args;
 pub mod core;
 mod shell;
 
+use valkey_module::configuration::ConfigurationFlags;
 use valkey_module::{valkey_module, Context, Status, ValkeyString};
 
+use shell::controls;
 use shell::datatype::RATELIMIT_TYPE;
 
 // Inside the server every allocation goes through Valkey's allocator (so
@@ -48,4 +50,18 @@ valkey_module! {
     data_types: [RATELIMIT_TYPE],
     init: init,
     commands: [],
+    // `ratelimit.<name>`: CONFIG GET/SET, valkey.conf, CONFIG REWRITE.
+    configurations: [
+        i64: [
+            ["max-limiters", &controls::MAX_LIMITERS, args::DEFAULT_MAX_LIMITERS as i64, 1, controls::MAX_LIMITERS_BOUND, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [
+            ["events", &controls::EVENTS, false, ConfigurationFlags::DEFAULT, None],
+            ["shadow-mode", &controls::SHADOW, false, ConfigurationFlags::DEFAULT, None],
+        ],
+        enum: [],
+        // Load arguments stay `cl-throttle yes|no` (register.rs).
+        module_args_as_configuration: false,
+    ]
 }

@@ -60,6 +60,18 @@ pub struct Outcome {
     pub reset_after: Millis,
 }
 
+impl Outcome {
+    /// This outcome answered as allowed with no wait (shadow mode): the
+    /// counts stay what the limiter decided.
+    pub fn passed(self) -> Outcome {
+        Outcome {
+            allowed: true,
+            retry_after: RetryAfter::After(Millis::ZERO),
+            ..self
+        }
+    }
+}
+
 /// The time point `at` as a duration from `now`, never negative.
 pub(crate) fn until(at: Millis, now: Millis) -> Millis {
     at.saturating_sub(now)

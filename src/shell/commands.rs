@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
-use super::{metrics, replication};
+use super::{controls, metrics, replication};
 use crate::args::{self, ArgError, Options};
 use crate::core::gcra::{self, Interval};
 use crate::core::limiter::{Algorithm, Effect, Limiter};
@@ -42,6 +42,20 @@ impl Answer {
             Answer::RedisCell(fields) => fields[0] == 0,
         }
     }
+
+    /// A denial answered as allowed (shadow mode): the whole request passes,
+    /// as it would with no limiter; the counts are what the limiter decided.
+    fn shadowed(self, cost: u64) -> Answer {
+        match self {
+            Answer::Standard(outcome) => Answer::Standard(outcome.passed()),
+            Answer::Partial(outcome, _) => Answer::Partial(outcome.passed(), cost),
+            Answer::RedisCell(mut fields) => {
+                fields[0] = 0;
+                fields[3] = -1;
+                Answer::RedisCell(fields)
+            }
+        }
+    }
 }
 
 /// The shared read-decide-write step. `decide` sees the key's limiter (of
@@ -74,12 +88,23 @@ fn execute<A: Into<Answer>>(
         Slot::Ours(limiter) => decide(Some(limiter), now),
         Slot::Empty => decide(None, now),
     };
-    if let (Some(effect), Some(key)) = (effect.filter(|_| may_write), key.as_mut()) {
+    let effect = effect.filter(|_| may_write);
+    let locks = matches!(effect, Some(Effect::Replace(Limiter::Locked(_))));
+    if let (Some(effect), Some(key)) = (effect, key.as_mut()) {
         if let Err(message) = replication::commit(ctx, key, key_name, effect) {
             return fail(ctx, message);
         }
     }
-    let answer = outcome.into();
+    let mut answer = outcome.into();
+    if !answer.allowed() {
+        controls::on_denied(ctx, key_name, !may_write);
+        if controls::shadow() {
+            answer = answer.shadowed(options.cost);
+        }
+    }
+    if locks {
+        controls::on_locked(ctx, key_name);
+    }
     metrics::record(algorithm, answer.allowed());
     match answer {
         Answer::Standard(outcome) => reply(ctx, &outcome),
@@ -236,6 +261,7 @@ pub fn refund(ctx: Ctx, argv: &[Str]) -> c_int {
             return fail(ctx, message);
         }
     }
+    metrics::record_refund(refunded);
     let outcome = match key.get::<Limiter>(raw_type()) {
         Slot::Ours(limiter) => limiter.peek(now),
         _ => return ffi::reply_null(ctx),
@@ -259,6 +285,7 @@ pub fn unlock(ctx: Ctx, argv: &[Str]) -> c_int {
     if let Err(message) = replication::commit(ctx, &mut key, argv[1], Effect::Replace(inner)) {
         return fail(ctx, message);
     }
+    metrics::record_unlock();
     ffi::reply_integer(ctx, 1)
 }
 

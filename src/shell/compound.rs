@@ -8,11 +8,12 @@ use std::ffi::c_int;
 use super::commands::fields;
 use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
-use super::{metrics, replication};
+use super::{controls, metrics, replication};
 use crate::args;
-use crate::core::limiter::Limiter;
+use crate::core::limiter::{Effect, Limiter};
 use crate::core::policy::{self, Policy};
 use crate::core::slot;
+use crate::core::{Millis, RetryAfter};
 
 fn fail(ctx: Ctx, message: &str) -> c_int {
     metrics::record_error();
@@ -31,7 +32,8 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         }
         return ffi::reply_ok(ctx);
     }
-    let (numkeys, policies, options) = match args::all(&Argv(&argv[1..])) {
+    let (numkeys, policies, options) = match args::all(&Argv(&argv[1..]), controls::max_limiters())
+    {
         Ok(parsed) => parsed,
         Err(error) => return fail(ctx, &error.0),
     };
@@ -76,15 +78,35 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
             Slot::Ours(limiter) => states.push(Some(&*limiter)),
         }
     }
-    let (compound, effects) = policy::decide_all(&policies, &states, now, options.request());
+    let (mut compound, effects) = policy::decide_all(&policies, &states, now, options.request());
     drop(states);
+    let mut locked = Vec::new();
     if may_write {
         for ((key, effect), name) in keys.iter_mut().zip(effects).zip(names) {
+            if matches!(effect, Some(Effect::Replace(Limiter::Locked(_)))) {
+                locked.push(*name);
+            }
             if let (Some(effect), Some(key)) = (effect, key.as_mut()) {
                 if let Err(message) = replication::commit(ctx, key, *name, effect) {
                     return fail(ctx, message);
                 }
             }
+        }
+    }
+    for (outcome, name) in compound.outcomes.iter_mut().zip(names) {
+        if !outcome.allowed {
+            controls::on_denied(ctx, *name, !may_write);
+        }
+    }
+    for name in locked {
+        controls::on_locked(ctx, name);
+    }
+    if !compound.allowed && controls::shadow() {
+        compound.allowed = true;
+        compound.retry_after = RetryAfter::After(Millis::ZERO);
+        compound.granted = options.cost;
+        for outcome in compound.outcomes.iter_mut() {
+            *outcome = outcome.passed();
         }
     }
     metrics::record_all(compound.allowed);

@@ -265,6 +265,21 @@ pub fn signal_modified(ctx: Ctx, key: Str) {
     }
 }
 
+/// Emits a keyspace event of the module class (`d` in
+/// notify-keyspace-events) for `key`.
+pub fn notify(ctx: Ctx, event: &CStr, key: Str) {
+    // SAFETY: ctx and key are live for the command; the event name is a
+    // NUL-terminated static string the server copies.
+    unsafe {
+        raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+            ctx,
+            raw::NotifyEvent::MODULE.bits(),
+            event.as_ptr(),
+            key,
+        );
+    }
+}
+
 /// Writes a warning to the server log.
 pub fn log_warning(ctx: Ctx, message: &CStr) {
     // SAFETY: ctx is live; "%s" with one NUL-terminated string.

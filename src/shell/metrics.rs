@@ -27,6 +27,11 @@ static SLIDING_LOG: Counters = counters();
 static GCRA: Counters = counters();
 static ALL: Counters = counters();
 static ERRORS: AtomicU64 = AtomicU64::new(0);
+static SHADOW_DENIED: AtomicU64 = AtomicU64::new(0);
+static LOCKOUTS: AtomicU64 = AtomicU64::new(0);
+static UNLOCKS: AtomicU64 = AtomicU64::new(0);
+static REFUNDS: AtomicU64 = AtomicU64::new(0);
+static REFUNDED: AtomicU64 = AtomicU64::new(0);
 
 fn of(algorithm: Algorithm) -> &'static Counters {
     match algorithm {
@@ -58,6 +63,27 @@ pub fn record_error() {
     ERRORS.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A request answered allowed only because shadow mode is on.
+pub fn record_shadow_denied() {
+    SHADOW_DENIED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A key locked out by LOCKOUT.
+pub fn record_lockout() {
+    LOCKOUTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A lock lifted by RL.UNLOCK.
+pub fn record_unlock() {
+    UNLOCKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// An RL.REFUND call on a limiter, and the units it gave back.
+pub fn record_refund(units: u64) {
+    REFUNDS.fetch_add(1, Ordering::Relaxed);
+    REFUNDED.fetch_add(units, Ordering::Relaxed);
+}
+
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed).to_string();
@@ -77,6 +103,11 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
     section
         .field("all_allowed", get(&ALL.allowed))?
         .field("all_denied", get(&ALL.denied))?
+        .field("shadow_denied", get(&SHADOW_DENIED))?
+        .field("lockouts", get(&LOCKOUTS))?
+        .field("unlocks", get(&UNLOCKS))?
+        .field("refunds", get(&REFUNDS))?
+        .field("refunded", get(&REFUNDED))?
         .field("errors", get(&ERRORS))?
         .build_section()?
         .build_info()?;

@@ -2,7 +2,9 @@
 
 pub mod commands;
 pub mod compound;
+pub mod controls;
 pub mod datatype;
+mod docs;
 pub mod ffi;
 pub mod metrics;
 pub mod register;

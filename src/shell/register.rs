@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use valkey_module::raw;
 
 use super::ffi::{self, Ctx, Str};
-use super::{commands, compound, replication};
+use super::{commands, compound, docs, replication};
 
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
 
@@ -27,6 +27,8 @@ struct Spec {
     /// Key spec flags of the keys.
     key_flags: u32,
     keys: Keys,
+    /// The argument list `COMMAND DOCS` shows.
+    args: &'static [docs::Arg],
 }
 
 /// Where a command's keys are.
@@ -141,6 +143,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
+        args: docs::TOKEN_BUCKET,
     },
     Spec {
         name: c"rl.window",
@@ -152,6 +155,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
+        args: docs::WINDOW,
     },
     Spec {
         name: c"rl.slidinglog",
@@ -163,6 +167,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
+        args: docs::SLIDING_LOG,
     },
     Spec {
         name: c"rl.gcra",
@@ -174,6 +179,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
+        args: docs::GCRA,
     },
     Spec {
         name: c"rl.throttle",
@@ -185,6 +191,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
+        args: docs::THROTTLE,
     },
     Spec {
         name: c"rl.all",
@@ -196,6 +203,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::NumKeys,
+        args: docs::ALL,
     },
     Spec {
         name: c"rl.refund",
@@ -207,6 +215,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
+        args: docs::REFUND,
     },
     Spec {
         name: c"rl.unlock",
@@ -218,6 +227,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
+        args: docs::KEY_ONLY,
     },
     Spec {
         name: c"rl.peek",
@@ -229,6 +239,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: Some(c"read fast ratelimit"),
         key_flags: KEY_READ,
         keys: Keys::First,
+        args: docs::KEY_ONLY,
     },
     Spec {
         name: c"rl.apply",
@@ -241,6 +252,7 @@ static COMMANDS: [Spec; 10] = [
         acl_categories: None,
         key_flags: KEY_APPLY,
         keys: Keys::First,
+        args: docs::APPLY,
     },
 ];
 
@@ -264,6 +276,7 @@ static CL_THROTTLE: Spec = Spec {
     acl_categories: Some(LIMITER_CATEGORIES),
     key_flags: KEY_UPDATE,
     keys: Keys::First,
+        args: docs::THROTTLE,
 };
 
 /// Load-time choices (module arguments).
@@ -374,7 +387,7 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
             tips: c"nondeterministic_output".as_ptr(),
             arity: spec.arity,
             key_specs: key_spec(spec.key_flags, spec.keys),
-            args: std::ptr::null_mut(),
+            args: docs::build(spec.args),
         };
         if raw::RedisModule_SetCommandInfo.unwrap()(command, &info) != raw::Status::Ok as c_int {
             return Err(format!("could not set the command info of {name}"));

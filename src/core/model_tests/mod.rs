@@ -191,7 +191,12 @@ fn check_outcome(
         prop_assert!(!stored, "cost 0 returned a new state; {}", ctx);
         // The peek contract, whatever the state and the parameters.
         prop_assert!(out.allowed, "a peek was denied; {}", ctx);
-        prop_assert_eq!(out.retry_after, RetryAfter::After(Millis::ZERO), "peek retry; {}", ctx);
+        prop_assert_eq!(
+            out.retry_after,
+            RetryAfter::After(Millis::ZERO),
+            "peek retry; {}",
+            ctx
+        );
     }
     Ok(())
 }

@@ -35,8 +35,7 @@ impl LogModel {
 
     /// A peek (cost 0) passes even over a lowered limit: it asks for nothing.
     fn passes(&self, params: LogParams, now: u64, cost: u64) -> bool {
-        cost == 0
-            || cost <= params.limit && self.live(params.period.0, now) + cost <= params.limit
+        cost == 0 || cost <= params.limit && self.live(params.period.0, now) + cost <= params.limit
     }
 
     /// The verdict and, when the request is logged, the time it is logged at.

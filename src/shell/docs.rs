@@ -1,0 +1,196 @@
+//! Argument lists for `COMMAND DOCS`: what valkey-cli's hints and client
+//! generators read. One tree per command, turned into the server's
+//! `RedisModuleCommandArg` arrays once, at load.
+
+use std::ffi::CStr;
+
+use valkey_module::raw;
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Key,
+    Integer,
+    Text,
+    Token,
+    OneOf,
+    Block,
+}
+
+/// One documented argument.
+pub struct Arg {
+    name: &'static CStr,
+    kind: Kind,
+    token: Option<&'static CStr>,
+    flags: u32,
+    sub: &'static [Arg],
+}
+
+const OPTIONAL: u32 = raw::REDISMODULE_CMD_ARG_OPTIONAL;
+const MULTIPLE: u32 = raw::REDISMODULE_CMD_ARG_MULTIPLE;
+
+const fn arg(name: &'static CStr, kind: Kind) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        flags: 0,
+        sub: &[],
+    }
+}
+
+const fn key() -> Arg {
+    arg(c"key", Kind::Key)
+}
+const fn int(name: &'static CStr) -> Arg {
+    arg(name, Kind::Integer)
+}
+/// A duration: an integer with an optional unit (ms, s, m, h, d).
+const fn duration(name: &'static CStr) -> Arg {
+    arg(name, Kind::Text)
+}
+/// An optional flag such as `DRYRUN`.
+const fn flag(name: &'static CStr, token: &'static CStr) -> Arg {
+    Arg {
+        token: Some(token),
+        flags: OPTIONAL,
+        ..arg(name, Kind::Token)
+    }
+}
+/// An optional `TOKEN value`.
+const fn option(token: &'static CStr, value: Arg) -> Arg {
+    Arg {
+        token: Some(token),
+        flags: OPTIONAL,
+        ..value
+    }
+}
+const fn block(name: &'static CStr, token: &'static CStr, sub: &'static [Arg]) -> Arg {
+    Arg {
+        token: Some(token),
+        sub,
+        ..arg(name, Kind::Block)
+    }
+}
+
+macro_rules! with_options {
+    ($($arg:expr),* $(,)?) => {
+        &[
+            $($arg,)*
+            option(c"COST", int(c"cost")),
+            flag(c"dryrun", c"DRYRUN"),
+            flag(c"partial", c"PARTIAL"),
+            option(c"LOCKOUT", duration(c"duration")),
+        ]
+    };
+}
+
+pub const TOKEN_BUCKET: &[Arg] = with_options![
+    key(),
+    int(c"capacity"),
+    int(c"refill_amount"),
+    duration(c"refill_period"),
+];
+pub const WINDOW: &[Arg] = with_options![
+    key(),
+    int(c"limit"),
+    duration(c"period"),
+    flag(c"sliding", c"SLIDING"),
+];
+pub const SLIDING_LOG: &[Arg] = with_options![
+    key(),
+    int(c"limit"),
+    duration(c"period"),
+    flag(c"countdenied", c"COUNTDENIED"),
+];
+pub const GCRA: &[Arg] = with_options![key(), int(c"burst"), int(c"rate"), duration(c"period")];
+pub const THROTTLE: &[Arg] = &[
+    key(),
+    int(c"max_burst"),
+    int(c"count_per_period"),
+    duration(c"period"),
+    Arg {
+        flags: OPTIONAL,
+        ..int(c"quantity")
+    },
+];
+pub const ALL: &[Arg] = with_options![
+    int(c"numkeys"),
+    Arg {
+        flags: MULTIPLE,
+        ..key()
+    },
+    Arg {
+        flags: MULTIPLE,
+        sub: &[
+            block(
+                c"tokenbucket",
+                c"TOKENBUCKET",
+                &[
+                    int(c"capacity"),
+                    int(c"refill_amount"),
+                    duration(c"refill_period")
+                ],
+            ),
+            block(
+                c"window",
+                c"WINDOW",
+                &[
+                    int(c"limit"),
+                    duration(c"period"),
+                    flag(c"sliding", c"SLIDING")
+                ],
+            ),
+            block(
+                c"slidinglog",
+                c"SLIDINGLOG",
+                &[
+                    int(c"limit"),
+                    duration(c"period"),
+                    flag(c"countdenied", c"COUNTDENIED"),
+                ],
+            ),
+            block(
+                c"gcra",
+                c"GCRA",
+                &[int(c"burst"), int(c"rate"), duration(c"period")],
+            ),
+        ],
+        ..arg(c"limiter", Kind::OneOf)
+    },
+];
+pub const REFUND: &[Arg] = &[key(), int(c"amount")];
+pub const KEY_ONLY: &[Arg] = &[key()];
+pub const APPLY: &[Arg] = &[key(), arg(c"effect", Kind::Text)];
+
+/// The server's array for `args`, with its zeroed terminator. Leaked: the
+/// server keeps pointers into it for the life of the command.
+pub fn build(args: &[Arg]) -> *mut raw::RedisModuleCommandArg {
+    if args.is_empty() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: an all-zero argument is the documented array terminator.
+    let terminator: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+    let mut out: Vec<raw::RedisModuleCommandArg> = args
+        .iter()
+        .map(|a| {
+            let mut entry = terminator;
+            entry.name = a.name.as_ptr();
+            entry.type_ = match a.kind {
+                Kind::Key => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+                Kind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+                Kind::Text => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+                Kind::Token => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+                Kind::OneOf => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                Kind::Block => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK,
+            };
+            // Every command has one key spec (index 0); other arguments -1.
+            entry.key_spec_index = if matches!(a.kind, Kind::Key) { 0 } else { -1 };
+            entry.token = a.token.map_or(std::ptr::null(), CStr::as_ptr);
+            entry.flags = a.flags as i32;
+            entry.subargs = build(a.sub);
+            entry
+        })
+        .collect();
+    out.push(terminator);
+    Box::leak(out.into_boxed_slice()).as_mut_ptr()
+}
