@@ -6,8 +6,8 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::{
-    advance, config, cost_for, count, encoded, encoded_effect, exercise, log_bytes, period,
-    same_limiter, start, steps, tb_params, Step, LOG_HEADER,
+    advance, config, cost_for, count, encoded, encoded_effect, exercise, fuzz_config, log_bytes,
+    period, same_limiter, start, steps, tb_params, Step, LOG_HEADER,
 };
 use crate::core::codec::{decode_effect, decode_limiter};
 use crate::core::gcra::{self, Gcra, GcraParams, Interval};
@@ -422,6 +422,12 @@ proptest! {
             prop_assert_eq!(decoded.as_ref(), Some(limiter));
         }
     }
+
+}
+
+proptest! {
+    // The decode fuzzers: `make fuzz` runs them with many more cases.
+    #![proptest_config(fuzz_config())]
 
     #[test]
     fn codec_survives_random_bytes(

@@ -47,6 +47,15 @@ fn config() -> Config {
     }
 }
 
+/// For the decode fuzzers: RL_FUZZ_CASES cases (`make fuzz`), else the default.
+fn fuzz_config() -> Config {
+    let cases = std::env::var("RL_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(config().cases);
+    Config { cases, ..config() }
+}
+
 // ---------------------------------------------------------------------------
 // Shared generators and checks.
 
