@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""make profile: instructions per command under valgrind's callgrind, beside
+INCR's, a figure that does not move with the load of a noisy machine.
+
+Each case gets its own valkey-server under callgrind, collecting only inside
+`processInputBuffer` (parsing the request, running the command, building the
+reply; not the socket writes). valkey-benchmark sends WARMUP commands over
+KEYS random keys (pipeline 32, one connection), the counters are dumped and
+zeroed, then MEASURED commands are sent and dumped. Reported per command:
+the whole command, and the instructions inside the module's own code (its
+functions' self cost: parsing, deciding, encoding; the server API calls it
+makes are the server's). Writes bench/PROFILE.md.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench import BENCHMARK, MODULE, ROOT, SERVER, Client, free_port  # noqa: E402
+
+KEYS = 5000
+WARMUP = 20000
+MEASURED = 20000
+
+CASES = [
+    ("INCR", ["INCR", "k:__rand_int__"]),
+    ("RL.WINDOW", ["RL.WINDOW", "fw:__rand_int__", "1000000", "1m"]),
+    ("RL.WINDOW SLIDING", ["RL.WINDOW", "sw:__rand_int__", "1000000", "1m", "SLIDING"]),
+    ("RL.TOKENBUCKET", ["RL.TOKENBUCKET", "tb:__rand_int__", "1000000", "1000", "1s"]),
+    ("RL.SLIDINGLOG limit 1000", ["RL.SLIDINGLOG", "sl:__rand_int__", "1000", "10s"]),
+    ("RL.GCRA", ["RL.GCRA", "gc:__rand_int__", "1000000", "1000", "1s"]),
+    ("CL.THROTTLE", ["CL.THROTTLE", "cl:__rand_int__", "999999", "1000", "1"]),
+    ("RL.ALL, two limiters", ["RL.ALL", "2", "a1:{__rand_int__}", "a2:{__rand_int__}",
+                              "TOKENBUCKET", "1000000", "1000", "1s", "WINDOW", "1000000", "1m"]),
+    ("RL.PEEK", ["RL.PEEK", "fw:__rand_int__"]),
+]
+
+
+def self_cost_in(path, object_suffix):
+    """Total cost, and the self cost of functions in objects ending with
+    `object_suffix`, from a callgrind output file."""
+    names = {}
+    total = 0
+    ours = 0
+    current_ours = False
+    after_calls = False
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("summary:") or line.startswith("totals:"):
+                total = max(total, int(line.split()[1]))
+                continue
+            if line.startswith("cob="):
+                # A called object: only its name is learnt here.
+                m = re.match(r"cob=\((\d+)\) (.*)", line.strip())
+                if m:
+                    names[m.group(1)] = m.group(2)
+                continue
+            if line.startswith("ob="):
+                m = re.match(r"ob=\((\d+)\)(?: (.*))?", line.strip())
+                if m:
+                    if m.group(2):
+                        names[m.group(1)] = m.group(2)
+                    current_ours = names.get(m.group(1), "").endswith(object_suffix)
+                else:
+                    current_ours = line.strip()[3:].endswith(object_suffix)
+                continue
+            if line.startswith("calls="):
+                after_calls = True
+                continue
+            if line[:1].isdigit() or line[:1] in "+-*":
+                if after_calls:
+                    after_calls = False  # inclusive cost of a call: not self
+                    continue
+                parts = line.split()
+                if current_ours and len(parts) >= 2:
+                    ours += int(parts[1])
+    return total, ours
+
+
+def run_case(name, argv, valgrind):
+    work = tempfile.mkdtemp(prefix="rl-profile-")
+    port = free_port()
+    out = os.path.join(work, "callgrind.out")
+    cmd = [valgrind, "--tool=callgrind", "--collect-atstart=no",
+           "--toggle-collect=processInputBuffer", f"--callgrind-out-file={out}",
+           SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", work,
+           "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                Client(port).call("PING")
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"{name}: valkey-server under callgrind did not start")
+
+        def bench(n):
+            subprocess.run([BENCHMARK, "-p", str(port), "-c", "1", "-n", str(n), "-P", "32",
+                            "-r", str(KEYS), "-q"] + argv,
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def dump(label):
+            subprocess.run(["callgrind_control", "--dump=" + label, str(proc.pid)],
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        bench(WARMUP)
+        dump("warmup")
+        bench(MEASURED)
+        dump("measured")
+        time.sleep(0.5)
+        dumps = sorted(Path(work).glob("callgrind.out*"))
+        measured = [d for d in dumps if "measured" in d.read_text(errors="replace")[:2000]]
+        if not measured:
+            raise RuntimeError(f"{name}: no measured dump in {work}: {dumps}")
+        total, ours = self_cost_in(measured[-1], MODULE.name)
+        return total / MEASURED, ours / MEASURED
+    finally:
+        try:
+            Client(port).send("SHUTDOWN", "NOSAVE")
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def server_version():
+    out = subprocess.run([SERVER, "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"v=(\S+)", out)
+    return m.group(1) if m else "?"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", help="run only cases whose name contains this")
+    args = parser.parse_args()
+    valgrind = shutil.which("valgrind")
+    if not valgrind or not shutil.which("callgrind_control"):
+        sys.exit("profile: valgrind is missing (apt-get install valgrind)")
+    rows = []
+    for name, argv in CASES:
+        if args.only and args.only not in name:
+            continue
+        per_call, in_module = run_case(name, argv, valgrind)
+        rows.append((name, per_call, in_module))
+        print(f"  {name:<28} {per_call:>9,.0f} instructions/call, {in_module:>6,.0f} in the module",
+              file=sys.stderr)
+    base = next((r[1] for r in rows if r[0] == "INCR"), None)
+    version = server_version()
+    lines = [
+        "# Instructions per command (make profile)",
+        "",
+        f"valgrind callgrind, Valkey {version}, `processInputBuffer` inclusive, {KEYS:,} random keys, "
+        f"pipeline 32, one connection, {MEASURED:,} calls measured after {WARMUP:,} of warm-up; no replica, "
+        "no AOF. \"in the module\": the self cost of the module's own functions (parsing, deciding, "
+        "encoding). Deterministic to within a few instructions from run to run.",
+        "",
+        "| command | instructions / call | x INCR | in the module |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, per_call, in_module in rows:
+        ratio = f"{per_call / base:.2f}x" if base else "-"
+        lines.append(f"| {name} | {per_call:,.0f} | {ratio} | {in_module:,.0f} |")
+    text = "\n".join(lines) + "\n"
+    if not args.only:
+        (ROOT / "bench" / "PROFILE.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
