@@ -31,8 +31,9 @@ MEASURED = 20000
 
 CASES = [
     ("INCR", ["INCR", "k:__rand_int__"]),
-    ("RL.WINDOW", ["RL.WINDOW", "fw:__rand_int__", "1000000", "1m"]),
-    ("RL.WINDOW SLIDING", ["RL.WINDOW", "sw:__rand_int__", "1000000", "1m", "SLIDING"]),
+    ("RL.WINDOW", ["RL.WINDOW", "fw:__rand_int__", "1000000", "1h"]),
+    ("RL.WINDOW BRIEF", ["RL.WINDOW", "fb:__rand_int__", "1000000", "1h", "BRIEF"]),
+    ("RL.WINDOW SLIDING", ["RL.WINDOW", "sw:__rand_int__", "1000000", "1h", "SLIDING"]),
     ("RL.TOKENBUCKET", ["RL.TOKENBUCKET", "tb:__rand_int__", "1000000", "1000", "1s"]),
     ("RL.SLIDINGLOG limit 1000", ["RL.SLIDINGLOG", "sl:__rand_int__", "1000", "10s"]),
     ("RL.GCRA", ["RL.GCRA", "gc:__rand_int__", "1000000", "1000", "1s"]),

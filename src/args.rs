@@ -99,6 +99,8 @@ pub struct Options {
     pub partial: bool,
     /// LOCKOUT duration: a denied request locks the key for this long.
     pub lockout: Option<Millis>,
+    /// BRIEF: reply one integer (0 allowed, else the wait in ms, -1 never).
+    pub brief: bool,
 }
 
 impl Options {
@@ -165,6 +167,11 @@ fn options(
                 return Err(repeated("PARTIAL"));
             }
             options.partial = true;
+        } else if is("BRIEF") {
+            if options.brief {
+                return Err(repeated("BRIEF"));
+            }
+            options.brief = true;
         } else if flag.is_some_and(is) {
             if options.flag {
                 return Err(repeated(flag.unwrap_or_default()));
@@ -172,8 +179,8 @@ fn options(
             options.flag = true;
         } else {
             let known = match flag {
-                Some(f) => format!("{f}, COST, DRYRUN, PARTIAL or LOCKOUT"),
-                None => "COST, DRYRUN, PARTIAL or LOCKOUT".to_string(),
+                Some(f) => format!("{f}, COST, DRYRUN, PARTIAL, LOCKOUT or BRIEF"),
+                None => "COST, DRYRUN, PARTIAL, LOCKOUT or BRIEF".to_string(),
             };
             return Err(ArgError(format!(
                 "ERR unknown option '{}' (expected {known})",
@@ -181,6 +188,12 @@ fn options(
             )));
         }
         i += 1;
+    }
+    if options.brief && options.partial {
+        return Err(ArgError(
+            "ERR BRIEF and PARTIAL cannot be combined (BRIEF replies one integer, without granted)"
+                .into(),
+        ));
     }
     Ok(options)
 }

@@ -430,3 +430,41 @@ fn deny_oom() {
     q(&mut con, &argv!["CONFIG", "SET", "maxmemory", 0]);
     rl(&mut con, &Algo::TokenBucket.cmd("oom", 5, "1h"));
 }
+
+/// BRIEF: one integer, 0 when allowed, else the wait in ms as the full
+/// reply gives it, -1 when the cost can never fit; the state moves as with
+/// the full reply.
+#[test]
+fn brief_replies_one_integer() {
+    let server = Server::start();
+    let mut con = server.conn();
+    avoid_boundary(&mut con, ONE_HOUR_MS, 60_000);
+    for algo in Algo::ALL {
+        let key = format!("brief:{}", algo.name());
+        for _ in 0..3 {
+            assert_eq!(
+                int(&q(&mut con, &algo.cmd_with(&key, 3, "1h", &["BRIEF"]))),
+                0,
+                "{key}"
+            );
+        }
+        let full = rl(&mut con, &algo.cmd_with(&key, 3, "1h", &["DRYRUN"]));
+        assert!(!full.allowed && full.retry_after > 0, "{key}: {full:?}");
+        let wait = int(&q(&mut con, &algo.cmd_with(&key, 3, "1h", &["BRIEF"])));
+        assert!(
+            (wait - full.retry_after).abs() <= 50 && wait > 0,
+            "{key}: {wait} vs {full:?}"
+        );
+        let never = algo.cmd_with(&key, 3, "1h", &["BRIEF", "COST", "4"]);
+        assert_eq!(int(&q(&mut con, &never)), -1, "{key}");
+        assert_eq!(
+            Reply::parse(&q(&mut con, &argv!["RL.PEEK", key])).remaining,
+            0
+        );
+    }
+    let all = argv!["RL.ALL", 2, "{b}1", "{b}2", "WINDOW", 1, "1h", "WINDOW", 5, "1h", "BRIEF"];
+    assert_eq!(int(&q(&mut con, &all)), 0);
+    assert!(int(&q(&mut con, &all)) > 0);
+    let mixed = argv!["RL.WINDOW", "b", 3, "1h", "BRIEF", "PARTIAL"];
+    assert!(q_err(&mut con, &mixed).starts_with("ERR BRIEF and PARTIAL cannot be combined"));
+}

@@ -278,7 +278,7 @@ fn command_docs_list_every_argument() {
             .map(|(n, _)| n)
             .collect()
     };
-    let options = ["cost", "dryrun", "partial", "duration"];
+    let options = ["cost", "dryrun", "partial", "duration", "brief"];
     let expected: [(&str, &[&str]); 11] = [
         (
             "rl.tokenbucket",

@@ -10,7 +10,7 @@ use crate::args::{self, ArgError, Options};
 use crate::core::gcra::{self, Interval};
 use crate::core::limiter::{Algorithm, Effect, Limiter};
 use crate::core::policy::Policy;
-use crate::core::{Millis, Outcome};
+use crate::core::{Millis, Outcome, RetryAfter};
 
 fn fail(ctx: Ctx, message: &str) -> c_int {
     metrics::record_error();
@@ -40,6 +40,16 @@ impl Answer {
         match self {
             Answer::Standard(outcome) | Answer::Partial(outcome, _) => outcome.allowed,
             Answer::RedisCell(fields) => fields[0] == 0,
+        }
+    }
+
+    /// The BRIEF reply: 0 when allowed, else the wait in ms (at least 1),
+    /// -1 when the request can never be allowed.
+    fn brief(&self) -> i64 {
+        match self {
+            Answer::Standard(outcome) | Answer::Partial(outcome, _) => brief(outcome),
+            // CL.THROTTLE takes no options: never asked.
+            Answer::RedisCell(fields) => -fields[0],
         }
     }
 
@@ -106,6 +116,9 @@ fn execute<A: Into<Answer>>(
         controls::on_locked(ctx, key_name);
     }
     metrics::record(algorithm, answer.allowed());
+    if options.brief {
+        return ffi::reply_integer(ctx, answer.brief());
+    }
     match answer {
         Answer::Standard(outcome) => reply(ctx, &outcome),
         Answer::Partial(outcome, granted) => {
@@ -114,6 +127,19 @@ fn execute<A: Into<Answer>>(
         }
         // redis-cell replies a plain array, under RESP3 too.
         Answer::RedisCell(fields) => ffi::reply_integers(ctx, &fields),
+    }
+}
+
+/// One integer for BRIEF: 0 allowed, else milliseconds to wait (at least
+/// 1, so that it never reads as allowed), -1 never.
+pub fn brief(outcome: &Outcome) -> i64 {
+    if outcome.allowed {
+        0
+    } else {
+        match outcome.retry_after {
+            RetryAfter::Never => -1,
+            RetryAfter::After(wait) => wait.to_i64_saturating().max(1),
+        }
     }
 }
 

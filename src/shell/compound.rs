@@ -110,6 +110,14 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         }
     }
     metrics::record_all(compound.allowed);
+    if options.brief {
+        let value = match (compound.allowed, compound.retry_after) {
+            (true, _) => 0,
+            (false, RetryAfter::Never) => -1,
+            (false, RetryAfter::After(wait)) => wait.to_i64_saturating().max(1),
+        };
+        return ffi::reply_integer(ctx, value);
+    }
     let items: Vec<_> = compound.outcomes.iter().map(fields).collect();
     let granted = options.partial.then_some(compound.granted as i64);
     ffi::reply_compound(

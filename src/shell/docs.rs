@@ -80,6 +80,7 @@ macro_rules! with_options {
             flag(c"dryrun", c"DRYRUN"),
             flag(c"partial", c"PARTIAL"),
             option(c"LOCKOUT", duration(c"duration")),
+            flag(c"brief", c"BRIEF"),
         ]
     };
 }
