@@ -1,6 +1,8 @@
 # make run   build the module, start Valkey on 127.0.0.1:6379 with it loaded (foreground)
 # make test  unit, property and integration tests against a real valkey-server
 # Both install what is missing first (Debian/Ubuntu): see scripts/setup.sh.
+# make memcheck  integration tests with every server under valgrind: see below.
+# make fuzz      the long fuzz run (make test runs a short one): see below.
 
 SHELL := /bin/bash
 CARGO ?= cargo
@@ -10,7 +12,7 @@ PORT ?= 6379
 export VALKEY_SERVER
 export RL_MODULE := $(MODULE)
 
-.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix
+.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples
 
 setup:
 	@bash scripts/setup.sh
@@ -66,6 +68,67 @@ test-matrix: build
 	printf -- '-----------+--------+------------------------------\n'; \
 	printf "$$table"; \
 	exit $$status
+
+# The integration tests with every valkey-server under valgrind memcheck, on
+# Valkey 9 built with MALLOC=libc OPTIMIZATION=-O0 (scripts/valkey9.sh --libc,
+# cached outside the tree like test-matrix's). FAIL on an invalid access, an
+# uninitialised read, a crash, a failed test, or a definite leak with a frame in
+# the module; each problem is printed once with its stack, the last line is the
+# verdict. Takes minutes. MEMCHECK_TESTS (test binaries), MEMCHECK_SKIP (test
+# names) and MEMCHECK_THREADS (default 2) change the run; logs in
+# target/memcheck. See scripts/memcheck.sh.
+memcheck: build
+	@$(if $(MEMCHECK_TESTS),MEMCHECK_TESTS="$(MEMCHECK_TESTS)") \
+	  $(if $(MEMCHECK_SKIP),MEMCHECK_SKIP="$(MEMCHECK_SKIP)") \
+	  $(if $(MEMCHECK_THREADS),MEMCHECK_THREADS="$(MEMCHECK_THREADS)") \
+	  CARGO="$(CARGO)" bash scripts/memcheck.sh
+
+# The long fuzz run: tests/fuzz.rs (random and mutated commands, RESTORE of
+# mutated DUMP payloads, RL.APPLY of mutated effects, against real servers)
+# and the codec's decode fuzzers, with FUZZ_CASES cases each (make test runs
+# a few thousand). FUZZ_SEED picks another seed; the last line is the verdict.
+FUZZ_CASES ?= 200000
+fuzz: build
+	@seed="$${FUZZ_SEED:-$$(date +%s)}"; log=target/fuzz.log; start=$$(date +%s); \
+	echo "fuzz: seed $$seed, $(FUZZ_CASES) cases per target, log $$log"; \
+	if RL_FUZZ_SEED=$$seed RL_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --test fuzz -- --nocapture >$$log 2>&1 && \
+	   RL_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --lib codec_survives >>$$log 2>&1; \
+	then grep '^fuzz_' $$log; echo "fuzz: PASS, seed $$seed, $(FUZZ_CASES) cases per target, $$(( $$(date +%s) - start )) s"; \
+	else grep -E '^fuzz_|panicked|seed [0-9]+ case' $$log | head -20; \
+	  echo "fuzz: FAIL, seed $$seed (reproduce: make fuzz FUZZ_SEED=$$seed), see $$log"; exit 1; fi
+
+# Instructions per command under callgrind, beside INCR's (bench/profile.py):
+# a stable figure on a noisy machine. Writes bench/PROFILE.md. Needs valgrind.
+profile: build
+	@bash scripts/setup.sh --valgrind
+	python3 bench/profile.py
+
+# The client recipes under examples/ (Python, Node, Go, Rust), each tested
+# against a real valkey-server with the module; a recipe whose toolchain is
+# missing is skipped with a line saying why. See examples/README.md.
+test-examples: build
+	@bash examples/run-tests.sh
+
+# make demo: one traffic pattern (steady, a burst straddling a window boundary,
+# a client hammering, idle) through every algorithm at the same limit, on its
+# own valkey-server; about 15 s. Prints allowed/denied per algorithm and phase
+# and draws target/demo/demo.png (copied to docs/demo.png). The chart needs
+# matplotlib, installed into target/bench-venv as for bench; without it, the
+# summary only.
+demo: build
+	@py=python3; \
+	if [ -x target/bench-venv/bin/python ] || python3 -m venv target/bench-venv >/dev/null 2>&1; then \
+	  if target/bench-venv/bin/python -c 'import matplotlib' 2>/dev/null || \
+	     target/bench-venv/bin/python -m pip install --quiet matplotlib; then py=target/bench-venv/bin/python; fi; \
+	fi; \
+	$$py scripts/demo.py
+
+# make dist: target/dist/valkey-ratelimit-<version>-<os>-<arch>.tar.gz and its
+# .sha256 (the release .so, packaging/valkey-ratelimit.conf, README, CHANGELOG,
+# SHA256SUMS), then unpacked and loaded into $(VALKEY_SERVER) as a check.
+# See scripts/dist.sh.
+dist: build
+	@bash scripts/dist.sh
 
 # Benchmarks: see bench/bench.py. The chart needs matplotlib, installed from
 # PyPI into target/bench-venv on first use; without it the table is still made.

@@ -1,0 +1,5 @@
+module valkey-ratelimit/examples/go
+
+go 1.19
+
+require github.com/gomodule/redigo v1.8.3

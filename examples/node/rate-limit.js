@@ -1,0 +1,252 @@
+// Rate limiting for Express with valkey-ratelimit's RL.ALL.
+//
+// Copy this file into your service; it needs `iovalkey` only:
+//
+//   const config = configFromEnv();             // or { ...DEFAULTS, keyBurst: 10, ... }
+//   const client = createClient(config);
+//   app.use('/api', rateLimit(client, config));
+//
+// Every request through the middleware is charged to two limiters in one
+// atomic call: its API key (a GCRA: bursts of keyBurst, keyRate per
+// keyPeriod seconds) and its client IP (a sliding window: ipLimit per
+// ipPeriod seconds). The contract (headers, status codes, failure policy) is
+// examples/README.md's.
+
+import net from 'node:net';
+import Valkey from 'iovalkey';
+
+export const DEFAULTS = Object.freeze({
+  valkeyAddr: '127.0.0.1:6379',
+  prefix: 'rl:v1:api', // bump the version to start from fresh limiters
+  keyBurst: 5, // per API key: GCRA burst ...
+  keyRate: 5, // ... and sustained rate of keyRate per keyPeriod seconds
+  keyPeriod: 1,
+  ipLimit: 20, // per client IP: sliding window of ipLimit per ipPeriod seconds
+  ipPeriod: 60,
+  trustedProxies: [], // IPs or CIDRs whose X-Forwarded-For we believe
+  failureMode: 'open', // 'open': serve when Valkey fails; 'closed': answer 503
+  timeoutMs: 50, // connect and command timeout
+  logger: console,
+});
+
+/** The knobs from environment variables (names shared by every recipe). */
+export function configFromEnv(env = process.env) {
+  const num = (name, dflt) => (env[name] === undefined ? dflt : Number(env[name]));
+  return {
+    ...DEFAULTS,
+    valkeyAddr: env.VALKEY_ADDR ?? DEFAULTS.valkeyAddr,
+    prefix: env.RL_PREFIX ?? DEFAULTS.prefix,
+    keyBurst: num('RL_KEY_BURST', DEFAULTS.keyBurst),
+    keyRate: num('RL_KEY_RATE', DEFAULTS.keyRate),
+    keyPeriod: num('RL_KEY_PERIOD', DEFAULTS.keyPeriod),
+    ipLimit: num('RL_IP_LIMIT', DEFAULTS.ipLimit),
+    ipPeriod: num('RL_IP_PERIOD', DEFAULTS.ipPeriod),
+    trustedProxies: (env.RL_TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean),
+    failureMode: env.RL_FAILURE_MODE ?? DEFAULTS.failureMode,
+    timeoutMs: num('RL_TIMEOUT_MS', DEFAULTS.timeoutMs),
+  };
+}
+
+function validate(config) {
+  const c = { ...DEFAULTS, ...config };
+  if (c.failureMode !== 'open' && c.failureMode !== 'closed') {
+    throw new Error(`failureMode must be 'open' or 'closed', not ${JSON.stringify(c.failureMode)}`);
+  }
+  for (const name of ['keyBurst', 'keyRate', 'keyPeriod', 'ipLimit', 'ipPeriod', 'timeoutMs']) {
+    if (!Number.isInteger(c[name]) || c[name] < 1) throw new Error(`${name} must be an integer >= 1`);
+  }
+  return c;
+}
+
+/**
+ * A client that gives up quickly: a limiter must never be the slow part of a
+ * request. iovalkey's defaults suit a cache, not this, so each is changed on
+ * purpose:
+ * - connectTimeout and commandTimeout: timeoutMs each;
+ * - maxRetriesPerRequest 0 and enableOfflineQueue false: while disconnected a
+ *   command fails at once instead of waiting in a queue (and being sent,
+ *   stale, after the request was already answered);
+ * - autoResendUnfulfilledCommands false: after a reconnect, a call that timed
+ *   out is not sent again (it would charge the limiters a second time).
+ * The client keeps reconnecting in the background (retryStrategy).
+ */
+export function createClient(config) {
+  const c = validate(config);
+  const i = c.valkeyAddr.lastIndexOf(':');
+  const client = new Valkey({
+    host: c.valkeyAddr.slice(0, i).replace(/^\[|\]$/g, '') || '127.0.0.1',
+    port: Number(c.valkeyAddr.slice(i + 1)),
+    connectTimeout: c.timeoutMs,
+    commandTimeout: c.timeoutMs,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    autoResendUnfulfilledCommands: false,
+    retryStrategy: (times) => Math.min(times * 100, 1000),
+  });
+  // Without a listener, every failed reconnect prints an "Unhandled error
+  // event"; the middleware reports failures itself.
+  client.on('error', () => {});
+  return client;
+}
+
+const ceilSeconds = (ms) => Math.ceil(ms / 1000); // a client that waits this long is never early
+
+/** The most restrictive limiter: least remaining, then the longest waits, then the first. */
+function binding(limiters) {
+  return limiters.reduce((best, l) => {
+    const a = [l.remaining, -l.retryAfterMs, -l.resetAfterMs];
+    const b = [best.remaining, -best.retryAfterMs, -best.resetAfterMs];
+    for (let k = 0; k < 3; k++) if (a[k] !== b[k]) return a[k] < b[k] ? l : best;
+    return best;
+  });
+}
+
+/** Charges one request; throws on any failure (the caller applies the failure policy). */
+export async function check(client, config, apiKey, ip) {
+  const c = config;
+  // RL.ALL decides both limiters atomically: a request denied by one consumes
+  // from neither. In Valkey Cluster all keys of one RL.ALL must hash to one
+  // slot (else CROSSSLOT): these two do not. There, put one hash tag in both
+  // keys (`${prefix}:{key:${apiKey}}` and `${prefix}:{key:${apiKey}}:ip:${ip}`,
+  // which limits per key and IP), or make two calls (RL.GCRA, then RL.WINDOW)
+  // and lose the all-or-nothing. In standalone Valkey any keys work.
+  const reply = await client.call(
+    'RL.ALL', 2, `${c.prefix}:key:${apiKey}`, `${c.prefix}:ip:${ip}`,
+    'GCRA', c.keyBurst, c.keyRate, `${c.keyPeriod}s`,
+    'WINDOW', c.ipLimit, `${c.ipPeriod}s`, 'SLIDING',
+  );
+  // RESP2: [allowed, retry_after_ms, [[allowed, limit, remaining, retry_after_ms, reset_after_ms], ...]]
+  const [allowed, retryAfterMs, items] = reply;
+  if (!Array.isArray(items) || items.length !== 2) throw new Error(`unexpected RL.ALL reply: ${JSON.stringify(reply)}`);
+  const limiters = items.map(([a, limit, remaining, retry, reset], k) => ({
+    name: k === 0 ? 'key' : 'ip', allowed: a === 1, limit, remaining, retryAfterMs: retry, resetAfterMs: reset,
+  }));
+  return { allowed: allowed === 1, retryAfterMs, limiters };
+}
+
+/** The header values for one decision (draft-ietf-httpapi-ratelimit-headers, -07 and later). */
+export function rateHeaders(decision, policy) {
+  const b = binding(decision.limiters);
+  const reset = String(ceilSeconds(b.resetAfterMs));
+  const h = {
+    'RateLimit-Policy': policy,
+    RateLimit: `"${b.name}";r=${b.remaining};t=${reset}`,
+    'X-RateLimit-Limit': String(b.limit),
+    'X-RateLimit-Remaining': String(b.remaining),
+    'X-RateLimit-Reset': reset,
+  };
+  if (!decision.allowed && decision.retryAfterMs >= 0) h['Retry-After'] = String(retryAfterSeconds(decision));
+  return h;
+}
+
+/** Retry-After in whole seconds, rounded up and at least 1; null when it can never pass. */
+function retryAfterSeconds(decision) {
+  return decision.retryAfterMs < 0 ? null : Math.max(1, ceilSeconds(decision.retryAfterMs));
+}
+
+/** The IP or CIDR list as a net.BlockList, for membership tests. */
+export function trustedList(entries) {
+  const list = new net.BlockList();
+  for (const entry of entries) {
+    const [addr, bits] = entry.split('/');
+    const ip = normalizeIp(addr);
+    if (ip === null) throw new Error(`trusted proxy ${JSON.stringify(entry)} is not an IP or CIDR`);
+    const family = net.isIPv4(ip) ? 'ipv4' : 'ipv6';
+    list.addSubnet(ip, bits === undefined ? (family === 'ipv4' ? 32 : 128) : Number(bits), family);
+  }
+  return list;
+}
+
+/** An address in one canonical spelling, or null when it is not an IP. */
+export function normalizeIp(text) {
+  const s = String(text).trim();
+  if (net.isIPv4(s)) return s;
+  if (!net.isIPv6(s)) return null;
+  let canonical;
+  try {
+    canonical = new URL(`http://[${s}]/`).hostname.slice(1, -1); // WHATWG URLs print IPv6 canonically
+  } catch {
+    return s.toLowerCase(); // e.g. a zone id (fe80::1%eth0), which URLs refuse
+  }
+  // An IPv4 client seen through a dual-stack socket is still that IPv4 client.
+  const m = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(canonical);
+  if (m) {
+    const [hi, lo] = [parseInt(m[1], 16), parseInt(m[2], 16)];
+    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+  }
+  return canonical;
+}
+
+/**
+ * The address to limit: the peer's, unless the peer is a trusted proxy.
+ *
+ * Anyone can send X-Forwarded-For, so it is read only when the direct peer is
+ * one of our proxies, and then from the right: each proxy appends the address
+ * it saw, so the rightmost entries are the ones our proxies wrote, and the
+ * first address that is not one of them is the client. Entries left of it
+ * were written by the client itself and prove nothing.
+ */
+export function clientIp(peer, forwardedFor, trusted) {
+  let ip = peer ? normalizeIp(peer) : null;
+  if (ip === null) return 'unknown'; // e.g. a Unix socket: all such requests share one IP limit
+  const isTrusted = (a) => trusted.check(a, net.isIPv4(a) ? 'ipv4' : 'ipv6');
+  if (!isTrusted(ip) || !forwardedFor) return ip;
+  for (const entry of forwardedFor.split(',').reverse()) {
+    const hop = normalizeIp(entry);
+    if (hop === null) break; // garbage: stop at the last hop we could vouch for
+    ip = hop;
+    if (!isTrusted(hop)) break;
+  }
+  return ip;
+}
+
+/** The Express middleware: 401 without an API key, 429 when limited, headers on every decision. */
+export function rateLimit(client, config) {
+  const c = validate(config);
+  const trusted = trustedList(c.trustedProxies);
+  // The GCRA's window is the time to earn a whole burst back; the sliding
+  // window's is its period. One item per limiter, in call order.
+  const keyWindow = Math.ceil((c.keyBurst * c.keyPeriod) / c.keyRate);
+  const policy = `"key";q=${c.keyBurst};w=${keyWindow}, "ip";q=${c.ipLimit};w=${c.ipPeriod}`;
+  const warn = throttledWarning(c);
+
+  return async function rateLimitMiddleware(req, res, next) {
+    const apiKey = (req.get('X-API-Key') ?? '').trim();
+    if (!apiKey) return res.status(401).json({ error: 'missing API key' });
+    const ip = clientIp(req.socket.remoteAddress, req.get('X-Forwarded-For'), trusted);
+
+    let decision;
+    try {
+      decision = await check(client, c, apiKey, ip);
+    } catch (err) {
+      // Any failure: connection, timeout, error reply, odd reply.
+      warn(err);
+      if (c.failureMode === 'closed') {
+        return res.status(503).set('Retry-After', '1').json({ error: 'rate limiter unavailable' });
+      }
+      return next(); // fail open: serve, without rate headers
+    }
+    res.set(rateHeaders(decision, policy));
+    if (!decision.allowed) {
+      return res.status(429).json({ error: 'rate limited', retry_after: retryAfterSeconds(decision) });
+    }
+    return next();
+  };
+}
+
+// One line per 10 s at most: a down Valkey under load would otherwise write a
+// line per request.
+function throttledWarning(config) {
+  let last = -Infinity;
+  let failures = 0;
+  return (err) => {
+    failures += 1;
+    const now = performance.now();
+    if (now - last < 10_000) return;
+    config.logger.warn(
+      `rate limiter unavailable (${failures} failure(s) since the last report), failing ${config.failureMode}: ${err.message}`,
+    );
+    last = now;
+    failures = 0;
+  };
+}
