@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Installs what building and testing the module needs, on Debian/Ubuntu; elsewhere
 # names what is missing and stops. Idempotent: does nothing when all is present.
+# --valgrind: also valgrind and a C compiler (make memcheck).
 set -euo pipefail
+
+want_valgrind=no
+case "${1:-}" in
+  "") ;;
+  --valgrind) want_valgrind=yes ;;
+  *) printf 'setup: unknown option %s (usage: setup.sh [--valgrind])\n' "$1" >&2; exit 2 ;;
+esac
 
 say() { printf 'setup: %s\n' "$*" >&2; }
 
@@ -17,13 +25,27 @@ server_bin() {
 
 need_valkey() { [ -z "$(server_bin)" ]; }
 
-if ! need_libclang && ! need_valkey; then
+# libfaketime: the clock tests run servers on a shifted clock.
+LIBFAKETIME=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+need_faketime() { [ ! -e "$LIBFAKETIME" ] && [ "$(uname -m)" = x86_64 ]; }
+
+# The packages make memcheck needs that are missing (none unless --valgrind).
+valgrind_packages() {
+  [ "$want_valgrind" = yes ] || return 0
+  command -v valgrind >/dev/null 2>&1 || echo valgrind
+  command -v cc >/dev/null 2>&1 || echo gcc
+}
+need_valgrind() { [ -n "$(valgrind_packages)" ]; }
+
+if ! need_libclang && ! need_valkey && ! need_valgrind && ! need_faketime; then
   exit 0
 fi
 
 if ! command -v apt-get >/dev/null 2>&1; then
   need_libclang && say "missing libclang (the development package of clang, e.g. clang-devel / llvm); install it and retry"
   need_valkey && say "missing valkey-server 8.0 or newer; install it or set VALKEY_SERVER=/path/to/valkey-server"
+  need_valgrind && say "missing for make memcheck: $(valgrind_packages | tr '\n' ' ')"
+  need_faketime && say "missing libfaketime (package faketime): the clock tests need it"
   exit 1
 fi
 
@@ -56,5 +78,15 @@ if need_valkey; then
   fi
   # The package starts a system service on 6379; our tests and `make run` start their own.
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true; fi
+fi
+if need_faketime; then
+  say "installing faketime (libfaketime, for the clock tests)"
+  $SUDO apt-get install -y -qq faketime >/dev/null
+fi
+if need_valgrind; then
+  packages="$(valgrind_packages | tr '\n' ' ')"
+  say "installing $packages(make memcheck)"
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq $packages >/dev/null
 fi
 say "installed: $(valkey-server --version 2>/dev/null | head -1)"

@@ -914,3 +914,97 @@ pub fn wait_for_rewrite(con: &mut Connection) {
 // Valkey Cluster (six nodes): see cluster.rs.
 
 pub mod cluster;
+
+// ---------------------------------------------------------------------------
+// Servers run another way: another binary, extra environment (libfaketime,
+// see clocks.rs), or killed outright (crash.rs).
+
+impl Server {
+    /// As [`Server::start_with`], but runs `binary` with `env` added to its
+    /// environment. Only this start uses them: a later `restart` runs
+    /// [`server_binary`] with the test's own environment.
+    pub fn start_with_env(binary: &str, env: &[(&str, &str)], extra: &[&str]) -> Server {
+        let mut last_error = String::new();
+        for _ in 0..8 {
+            let dir = TempDir::new("valkey-rl-test");
+            let mut server = Server {
+                port: free_port(),
+                first: Vec::new(),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                child: None,
+                log: dir.path.join("server.log"),
+                dir,
+            };
+            let log = fs::File::create(&server.log).expect("create server log");
+            let child = Command::new(binary)
+                .args(server.args())
+                .envs(env.iter().copied())
+                .current_dir(server.dir())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("clone log handle"))
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot run {binary}: {e}"));
+            let pid = child.id();
+            server.child = Some(child);
+            match server.wait_ready(pid) {
+                Ok(()) => return server,
+                // Dropping `server` kills the process and removes its directory.
+                Err(StartError::PortTaken(why)) => last_error = why,
+                Err(StartError::Failed(why)) => panic!("{binary} with {env:?}: {why}"),
+            }
+        }
+        panic!("could not start {binary} on a free port: {last_error}");
+    }
+
+    /// Kills the server with SIGKILL (no shutdown, no final AOF flush or
+    /// fsync) and waits for it to be gone. `restart(Shutdown::NoSave)` then
+    /// starts it again on what it left in its directory.
+    pub fn sigkill(&mut self) {
+        self.kill();
+    }
+}
+
+/// A replica of `primary` run as [`Server::start_with_env`]; waits for the
+/// link to be up and for the replica to have caught up. (The primary may
+/// have other replicas: [`sync_replica`] expects one.)
+pub fn start_replica_with_env(primary: &Server, binary: &str, env: &[(&str, &str)]) -> Server {
+    let port = primary.port.to_string();
+    let extra = ["--replicaof", "127.0.0.1", &port, "--repl-timeout", "3600"];
+    let replica = Server::start_with_env(binary, env, &extra);
+    wait_for(
+        &mut replica.conn(),
+        "replication",
+        "master_link_status",
+        "up",
+    );
+    sync_replicas(primary, &[&replica]);
+    replica
+}
+
+/// As [`sync_replica`] for a primary with any number of replicas: `WAIT`s
+/// for `replicas.len()` acknowledgements, then until each replica's offset
+/// reaches the primary's.
+pub fn sync_replicas(primary: &Server, replicas: &[&Server]) {
+    let mut pcon = primary.conn();
+    let n = replicas.len() as i64;
+    // WAIT counts every replica that acknowledged, ours or not.
+    let acked = int(&q(&mut pcon, &argv!["WAIT", n, 5000]));
+    assert!(
+        acked >= n,
+        "WAIT {n} 5000: only {acked} replicas acknowledged"
+    );
+    let target = repl_offset(&mut pcon);
+    for replica in replicas {
+        let mut rcon = replica.conn();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while repl_offset(&mut rcon) < target {
+            assert!(
+                Instant::now() < deadline,
+                "replica on port {} did not reach primary offset {target}",
+                replica.port
+            );
+            sleep(Duration::from_millis(10));
+        }
+    }
+}
