@@ -328,3 +328,30 @@ fn chained_replicas_agree() {
     }
     assert_only_apply_replicated(&sub);
 }
+
+/// A primary that loads an RDB skips keys whose time has passed, without a
+/// DEL for its replicas, which never expire keys themselves: the replica
+/// still holds the old sliding log when the primary logs a request on a
+/// fresh one. The replica must start from empty too, not merge into it.
+#[test]
+fn a_log_the_primary_dropped_unseen_starts_fresh_on_the_replica() {
+    let (primary, replica) = primary_and_replica(&[]);
+    let mut con = primary.conn();
+    // Only the reload may drop the key (no expiry cycle, no lookup).
+    q(&mut con, &argv!["DEBUG", "SET-ACTIVE-EXPIRE", 0]);
+    rl(
+        &mut con,
+        &argv!["RL.SLIDINGLOG", "log", 10, "100ms", "COST", 7],
+    );
+    sync_replica(&primary, &replica);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    q(&mut con, &argv!["DEBUG", "RELOAD"]);
+    let reply = rl(&mut con, &argv!["RL.SLIDINGLOG", "log", 3, "1h"]);
+    assert_eq!((reply.allowed, reply.remaining), (true, 2));
+    sync_replica(&primary, &replica);
+    let mut on_replica = replica.conn();
+    assert_eq!(
+        digests_and_expiries(&mut on_replica, &["log".to_string()]),
+        digests_and_expiries(&mut con, &["log".to_string()]),
+    );
+}

@@ -235,6 +235,14 @@ impl Key {
         true
     }
 
+    /// Whether the key's expiry has passed by `at` (the server deletes a key
+    /// only once its time is strictly behind the clock).
+    pub fn expired_by(&mut self, at: Millis) -> bool {
+        // SAFETY: the key is open; -1 means no expiry.
+        let when = unsafe { raw::RedisModule_GetAbsExpire.unwrap()(self.raw()) };
+        when >= 0 && when < at.to_i64_saturating()
+    }
+
     /// Sets the absolute expiry in Unix milliseconds, unless the key already
     /// has exactly that one (a window's stays put for the whole window).
     pub fn expire_at(&mut self, at: Millis) {

@@ -25,7 +25,22 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 /// the error reply when the key holds something the effect cannot apply to.
 pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
     let ty = raw_type();
-    let expires_at = match key.get::<Limiter>(ty) {
+    // A log effect made at a time when this copy's limiter had already
+    // expired was made on a primary that no longer had the key: start from
+    // empty as it did. Copies can hold such a key when the primary dropped it
+    // without a DEL (a primary loading an RDB skips expired keys; replicas
+    // never expire keys themselves).
+    let made_at = match &effect {
+        Effect::LogRecord(record) => Some(record.at),
+        Effect::LogRefund { at, .. } => Some(*at),
+        Effect::Replace(_) => None,
+    };
+    let stale = made_at.is_some_and(|at| key.expired_by(at));
+    let slot = match key.get::<Limiter>(ty) {
+        Slot::Ours(_) if stale => Slot::Empty,
+        slot => slot,
+    };
+    let expires_at = match slot {
         Slot::Foreign => return Err(WRONGTYPE),
         Slot::Ours(current) => {
             // A request logged after a lock ended leaves the lock behind.
