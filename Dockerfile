@@ -29,4 +29,6 @@ RUN cargo build --release --locked
 
 FROM valkey/valkey:8.0
 COPY --from=build /src/target/release/libvalkey_ratelimit.so /usr/lib/valkey/modules/libvalkey_ratelimit.so
+# The licence travels with the binary (BSD-3-Clause asks for it).
+COPY --from=build /src/LICENSE /usr/share/doc/valkey-ratelimit/LICENSE
 CMD ["valkey-server", "--loadmodule", "/usr/lib/valkey/modules/libvalkey_ratelimit.so"]
