@@ -103,12 +103,12 @@ class Server:
     """A server with one module: ours, or (`module=CELL_MODULE`) redis-cell,
     which cannot share a server with our CL.THROTTLE."""
 
-    def __init__(self, module=None):
+    def __init__(self, module=None, extra=(), cpu=0):
         self.dir = tempfile.mkdtemp(prefix="rl-bench-")
         self.port = free_port()
         argv = [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "no", "--loadmodule", str(module or MODULE)]
-        self.proc = subprocess.Popen(pinned(0, argv), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+                "--save", "", "--appendonly", "no", "--loadmodule", str(module or MODULE), *extra]
+        self.proc = subprocess.Popen(pinned(cpu, argv), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         for _ in range(100):
             try:
                 self.client = Client(self.port)
@@ -139,6 +139,7 @@ def cases(server, with_lua, cell_server=None):
         out += [
             (f"RL.TOKENBUCKET ({label})", "rl", ["RL.TOKENBUCKET", f"tb:{keyname}", "1000000", "1000", "1s"]),
             (f"RL.WINDOW ({label})", "rl", ["RL.WINDOW", f"fw:{keyname}", "1000000", "1m"]),
+            (f"RL.WINDOW BRIEF ({label})", "rl", ["RL.WINDOW", f"fb:{keyname}", "1000000", "1m", "BRIEF"]),
             (f"RL.WINDOW SLIDING ({label})", "rl", ["RL.WINDOW", f"sw:{keyname}", "1000000", "1m", "SLIDING"]),
             (f"RL.GCRA ({label})", "rl", ["RL.GCRA", f"gc:{keyname}", "1000000", "1000", "1s"]),
             (f"CL.THROTTLE, this module ({label})", "rl", ["CL.THROTTLE", f"cl:{keyname}", "999999", "1000", "1"]),
@@ -174,22 +175,43 @@ def run_benchmark(port, argv, requests, pipeline):
     return float(row["rps"]), float(row["p50_latency_ms"]), float(row["p99_latency_ms"])
 
 
-def measure_throughput(server, todo, reps, requests):
+def measure_throughput(server, todo, reps, requests, latency=True):
     results = {name: {1: [], 32: []} for name, _, _, _ in todo}
+    runs = ((32, requests), (1, max(requests // 5, 1000))) if latency else ((32, requests),)
     for rep in range(reps):
-        for pipeline, n in ((32, requests), (1, max(requests // 5, 1000))):
+        for pipeline, n in runs:
             for name, _, argv, port in todo:
                 results[name][pipeline].append(run_benchmark(port, argv, n, pipeline))
         print(f"  repetition {rep + 1}/{reps} done", file=sys.stderr)
     med = {}
     for name, by_p in results.items():
-        med[name] = {
-            "rps32": statistics.median(r[0] for r in by_p[32]),
-            "rps1": statistics.median(r[0] for r in by_p[1]),
-            "p50": statistics.median(r[1] for r in by_p[1]),
-            "p99": statistics.median(r[2] for r in by_p[1]),
-        }
+        med[name] = {"rps32": statistics.median(r[0] for r in by_p[32])}
+        if latency:
+            med[name].update({
+                "rps1": statistics.median(r[0] for r in by_p[1]),
+                "p50": statistics.median(r[1] for r in by_p[1]),
+                "p99": statistics.median(r[2] for r in by_p[1]),
+            })
     return med
+
+
+def with_replica(server, todo, reps, requests):
+    """Throughput at pipeline 32 with one replica attached (on CPU 1, beside
+    valkey-benchmark): INCR and every RL command now pay for propagation."""
+    replica = Server(extra=("--replicaof", "127.0.0.1", str(server.port)), cpu=1)
+    try:
+        for _ in range(200):
+            if replica.client.info("replication").get("master_link_status") == "up":
+                break
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("the replica did not connect")
+        subset = [c for c in todo if c[1] == "floor" and c[0] == "INCR" or
+                  c[1] == "rl" and "random keys" in c[0]]
+        print(f"with one replica: {len(subset)} cases x {reps} repetitions", file=sys.stderr)
+        return measure_throughput(server, subset, reps, requests, latency=False)
+    finally:
+        replica.stop()
 
 
 def used_memory(c):
@@ -248,6 +270,16 @@ def sliding_log_entry_bytes(server, sizes, with_lua):
         out[n] = (rl, z)
     c.call("DEL", "m:log", "m:zlog")
     return out
+
+
+def replica_table(alone, replicated):
+    lines = ["", "| case (random keys) | ops/s (-P 32), no replica | x INCR | with one replica | x INCR |",
+             "|---|---:|---:|---:|---:|"]
+    a_incr, r_incr = alone["INCR"]["rps32"], replicated["INCR"]["rps32"]
+    for name, m in replicated.items():
+        a = alone[name]["rps32"]
+        lines.append(f"| {name} | {a:,.0f} | {a / a_incr:.2f} | {m['rps32']:,.0f} | {m['rps32'] / r_incr:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def table(throughput, memory, log_bytes, machine):
@@ -319,10 +351,12 @@ def main():
         print(f"throughput and latency: {len(todo)} cases x 2 pipelines x {reps} repetitions", file=sys.stderr)
         throughput = measure_throughput(server, todo, reps, requests)
         server.client.call("FLUSHALL", "SYNC")
+        replicated = with_replica(server, todo, reps, requests)
+        server.client.call("FLUSHALL", "SYNC")
         print("memory", file=sys.stderr)
         memory = memory_per_limiter(server, limiters, with_lua)
         log_bytes = sliding_log_entry_bytes(server, log_sizes, with_lua)
-        text = table(throughput, memory, log_bytes, machine())
+        text = table(throughput, memory, log_bytes, machine()) + replica_table(throughput, replicated)
     finally:
         server.stop()
         if cell_server:
