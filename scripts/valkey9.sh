@@ -10,19 +10,33 @@
 #
 # Steps on first use (Debian/Ubuntu, root or sudo): a deb-src line for sid in
 # its own apt sources file, apt-get update, apt-get source valkey/sid in a temp
-# dir under the cache dir, make BUILD_TLS=no, copy valkey-server and valkey-cli
-# into the cache dir. About 3-5 minutes on 2 cores.
+# dir under the cache dir, make $VALKEY9_MAKE_FLAGS (default BUILD_TLS=no), copy
+# valkey-server and valkey-cli into the cache dir. About 3-5 minutes on 2 cores.
+#
+# --libc: the build for valgrind (make memcheck), as Valkey's own `make
+# valgrind` does it: MALLOC=libc OPTIMIZATION=-O0 (and BUILD_TLS=no), cached in
+# valkey-9-libc next to the default build. The flags a cache was built with are
+# kept in its MAKE_FLAGS file; other flags rebuild it.
 set -euo pipefail
 
 say() { printf 'valkey9: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
 
+NAME=valkey-9
+FLAGS_DEFAULT="BUILD_TLS=no"
+case "${1:-}" in
+  "") ;;
+  --libc) NAME=valkey-9-libc; FLAGS_DEFAULT="BUILD_TLS=no MALLOC=libc OPTIMIZATION=-O0" ;;
+  *) die "unknown option $1 (usage: valkey9.sh [--libc])" ;;
+esac
+MAKE_FLAGS="${VALKEY9_MAKE_FLAGS:-$FLAGS_DEFAULT}"
+
 default_cache() {
-  local sys=/var/cache/valkey-ratelimit/valkey-9
+  local sys=/var/cache/valkey-ratelimit/$NAME
   if mkdir -p "$sys" 2>/dev/null && [ -w "$sys" ]; then
     echo "$sys"
   else
-    echo "${XDG_CACHE_HOME:-$HOME/.cache}/valkey-ratelimit/valkey-9"
+    echo "${XDG_CACHE_HOME:-$HOME/.cache}/valkey-ratelimit/$NAME"
   fi
 }
 
@@ -30,9 +44,11 @@ CACHE="${VALKEY9_CACHE:-$(default_cache)}"
 BIN="$CACHE/valkey-server"
 mkdir -p "$CACHE"
 
-# A cached build that runs and is a 9.x: done.
+# A cached build that runs, is a 9.x and was made with these flags: done.
+# (Caches from before MAKE_FLAGS was recorded were made with BUILD_TLS=no.)
 cached_ok() {
-  [ -x "$BIN" ] && "$BIN" --version 2>/dev/null | grep -q ' v=9\.'
+  [ -x "$BIN" ] && "$BIN" --version 2>/dev/null | grep -q ' v=9\.' &&
+    [ "$(cat "$CACHE/MAKE_FLAGS" 2>/dev/null || echo BUILD_TLS=no)" = "$MAKE_FLAGS" ]
 }
 
 if cached_ok; then
@@ -91,12 +107,13 @@ srcdir="$(find . -mindepth 1 -maxdepth 1 -type d -name 'valkey-*' | head -1)"
 cd "$srcdir"
 
 jobs="$(nproc 2>/dev/null || echo 2)"
-say "make -j$jobs BUILD_TLS=no (log: $CACHE/build.log)"
-if ! make -j"$jobs" BUILD_TLS=no >"$CACHE/build.log" 2>&1; then
+read -r -a flags <<<"$MAKE_FLAGS"
+say "make -j$jobs $MAKE_FLAGS (log: $CACHE/build.log)"
+if ! make -j"$jobs" "${flags[@]}" >"$CACHE/build.log" 2>&1; then
   say "build failed; installing pkg-config and libsystemd-dev and retrying"
   $SUDO apt-get install -y -qq pkg-config libsystemd-dev >&2
   make distclean >/dev/null 2>&1 || true
-  make -j"$jobs" BUILD_TLS=no >"$CACHE/build.log" 2>&1 ||
+  make -j"$jobs" "${flags[@]}" >"$CACHE/build.log" 2>&1 ||
     die "build failed again; see $CACHE/build.log:
 $(tail -30 "$CACHE/build.log")"
 fi
@@ -105,6 +122,10 @@ install -m 0755 src/valkey-server "$CACHE/valkey-server.new"
 install -m 0755 src/valkey-cli "$CACHE/valkey-cli"
 mv -f "$CACHE/valkey-server.new" "$BIN"
 echo "$version" >"$CACHE/DEBIAN_VERSION"
+echo "$MAKE_FLAGS" >"$CACHE/MAKE_FLAGS"
+# Valkey's own valgrind suppressions, for reference (make memcheck uses the repo's
+# scripts/valgrind.supp).
+[ ! -f src/valgrind.sup ] || install -m 0644 src/valgrind.sup "$CACHE/valgrind.sup"
 cached_ok || die "built $BIN but it does not run as a 9.x: $("$BIN" --version 2>&1 || true)"
 say "built: $("$BIN" --version)"
 echo "$BIN"

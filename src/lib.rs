@@ -24,15 +24,30 @@ type Allocator = std::alloc::System;
 #[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
-    shell::datatype::set_module_options(ctx.ctx);
+fn load_options(ctx: &Context, args: &[ValkeyString]) -> Option<shell::register::LoadOptions> {
     let words: Vec<&[u8]> = args.iter().map(|a| a.as_slice()).collect();
-    let options = match shell::register::LoadOptions::parse(&words) {
-        Ok(options) => options,
+    match shell::register::LoadOptions::parse(&words) {
+        Ok(options) => Some(options),
         Err(message) => {
             ctx.log_warning(&format!("ratelimit: {message}"));
-            return Status::Err;
+            None
         }
+    }
+}
+
+/// Runs before the data type and the configs are created: a refused load
+/// then leaves nothing of them behind (found by make memcheck).
+fn preload(ctx: &Context, args: &[ValkeyString]) -> Status {
+    match load_options(ctx, args) {
+        Some(_) => Status::Ok,
+        None => Status::Err,
+    }
+}
+
+fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
+    shell::datatype::set_module_options(ctx.ctx);
+    let Some(options) = load_options(ctx, args) else {
+        return Status::Err;
     };
     match shell::register::register_all(ctx.ctx, &options) {
         Ok(()) => Status::Ok,
@@ -48,6 +63,7 @@ valkey_module! {
     version: 100,
     allocator: (Allocator, ALLOCATOR),
     data_types: [RATELIMIT_TYPE],
+    preload: preload,
     init: init,
     commands: [],
     // `ratelimit.<name>`: CONFIG GET/SET, valkey.conf, CONFIG REWRITE.

@@ -163,15 +163,33 @@ pub const REFUND: &[Arg] = &[key(), int(c"amount")];
 pub const KEY_ONLY: &[Arg] = &[key()];
 pub const APPLY: &[Arg] = &[key(), arg(c"effect", Kind::Text)];
 
-/// The server's array for `args`, with its zeroed terminator. Leaked: the
-/// server keeps pointers into it for the life of the command.
-pub fn build(args: &[Arg]) -> *mut raw::RedisModuleCommandArg {
-    if args.is_empty() {
-        return std::ptr::null_mut();
+/// The server's array for a list of arguments, with its zeroed terminator,
+/// and the arrays of their sub-arguments, which it points into. Owned:
+/// `RedisModule_SetCommandInfo` copies it all, so it is freed afterwards
+/// (leaking it was found by make memcheck).
+pub struct Built {
+    entries: Vec<raw::RedisModuleCommandArg>,
+    /// Moving a Vec keeps its buffer where it is, so the pointers into
+    /// these stay valid as long as `Built` lives.
+    _children: Vec<Built>,
+}
+
+impl Built {
+    /// The array for the server; null for a command without arguments.
+    pub fn as_mut_ptr(&mut self) -> *mut raw::RedisModuleCommandArg {
+        if self.entries.len() <= 1 {
+            std::ptr::null_mut()
+        } else {
+            self.entries.as_mut_ptr()
+        }
     }
+}
+
+pub fn build(args: &[Arg]) -> Built {
     // SAFETY: an all-zero argument is the documented array terminator.
     let terminator: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
-    let mut out: Vec<raw::RedisModuleCommandArg> = args
+    let mut children = Vec::new();
+    let mut entries: Vec<raw::RedisModuleCommandArg> = args
         .iter()
         .map(|a| {
             let mut entry = terminator;
@@ -188,10 +206,17 @@ pub fn build(args: &[Arg]) -> *mut raw::RedisModuleCommandArg {
             entry.key_spec_index = if matches!(a.kind, Kind::Key) { 0 } else { -1 };
             entry.token = a.token.map_or(std::ptr::null(), CStr::as_ptr);
             entry.flags = a.flags as i32;
-            entry.subargs = build(a.sub);
+            if !a.sub.is_empty() {
+                let mut sub = build(a.sub);
+                entry.subargs = sub.as_mut_ptr();
+                children.push(sub);
+            }
             entry
         })
         .collect();
-    out.push(terminator);
-    Box::leak(out.into_boxed_slice()).as_mut_ptr()
+    entries.push(terminator);
+    Built {
+        entries,
+        _children: children,
+    }
 }

@@ -48,8 +48,8 @@ const KEY_READ: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACC
 const KEY_APPLY: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
 
 /// The key spec of `keys`, plus the zeroed terminator the API expects.
-/// Leaked: registered once, for the life of the server.
-fn key_spec(flags: u32, keys: Keys) -> *mut raw::RedisModuleCommandKeySpec {
+/// `RedisModule_SetCommandInfo` copies it, so the caller frees it after.
+fn key_spec(flags: u32, keys: Keys) -> Box<[raw::RedisModuleCommandKeySpec; 2]> {
     // SAFETY: an all-zero key spec is the documented array terminator.
     let terminator: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
     let mut spec = terminator;
@@ -71,7 +71,7 @@ fn key_spec(flags: u32, keys: Keys) -> *mut raw::RedisModuleCommandKeySpec {
             spec.fk.keynum.keystep = 1;
         }
     }
-    Box::leak(Box::new([spec, terminator])).as_mut_ptr()
+    Box::new([spec, terminator])
 }
 
 fn guard(ctx: Ctx, argv: *mut Str, argc: c_int, handler: Handler) -> c_int {
@@ -378,6 +378,9 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
             return Err(format!("could not create {name}"));
         }
         let command = raw::RedisModule_GetCommand.unwrap()(ctx, spec.name.as_ptr());
+        // Both copied by the server; dropped at the end of this call.
+        let mut key_specs = key_spec(spec.key_flags, spec.keys);
+        let mut args = docs::build(spec.args);
         let info = raw::RedisModuleCommandInfo {
             version: &INFO_VERSION,
             summary: spec.summary.as_ptr(),
@@ -386,8 +389,8 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
             history: std::ptr::null_mut(),
             tips: c"nondeterministic_output".as_ptr(),
             arity: spec.arity,
-            key_specs: key_spec(spec.key_flags, spec.keys),
-            args: docs::build(spec.args),
+            key_specs: key_specs.as_mut_ptr(),
+            args: args.as_mut_ptr(),
         };
         if raw::RedisModule_SetCommandInfo.unwrap()(command, &info) != raw::Status::Ok as c_int {
             return Err(format!("could not set the command info of {name}"));
