@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # Run every examples/*/test.sh (or the recipes named as arguments), print a
 # table of recipe, result and seconds, and exit non-zero when any failed.
-# Skips (exit 77: a toolchain or dependency is unavailable) do not fail.
+# Skips (exit 77: a toolchain or dependency is unavailable) do not fail,
+# unless RL_EXAMPLES_REQUIRE=1 (for CI, where every recipe must run): then a
+# skipped recipe counts as failed, with its SKIP reason.
 # Each recipe's output goes to target/examples/logs/<recipe>.log; a failed
 # recipe's log tail is printed.
 #
 #   examples/run-tests.sh [recipe ...]
 #   RECIPE_TIMEOUT=900 (seconds per recipe, default 900)
+#   RL_EXAMPLES_REQUIRE=1 (a skip is a failure)
 set -u
 examples="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$examples/.." && pwd)"
 logs="$repo/target/examples/logs"
 mkdir -p "$logs"
 timeout_s="${RECIPE_TIMEOUT:-900}"
+require="${RL_EXAMPLES_REQUIRE:-0}"
+case $require in
+  0|1) ;;
+  *) echo "RL_EXAMPLES_REQUIRE must be 0 or 1, not '$require'" >&2; exit 2 ;;
+esac
 
 if [ $# -gt 0 ]; then
   recipes=("$@")
@@ -43,8 +51,13 @@ for r in "${recipes[@]}"; do
   note=""
   case $rc in
     0) result=PASS; passed=$((passed + 1)) ;;
-    77) result=SKIP; skipped=$((skipped + 1))
-        note="$(grep -m1 '^SKIP:' "$log" | sed 's/^SKIP: *//')" ;;
+    77) note="$(grep -m1 '^SKIP:' "$log" | sed 's/^SKIP: *//')"
+        if [ "$require" = 1 ]; then
+          result=FAIL; failed=$((failed + 1))
+          note="skipped, and RL_EXAMPLES_REQUIRE=1: ${note:-no SKIP: line in the log}"
+        else
+          result=SKIP; skipped=$((skipped + 1))
+        fi ;;
     124|137) result=FAIL; failed=$((failed + 1)); note="timed out after ${timeout_s}s" ;;
     *) result=FAIL; failed=$((failed + 1)); note="exit $rc" ;;
   esac

@@ -59,8 +59,16 @@ type Config struct {
 
 	TrustedProxies []netip.Prefix // peers whose X-Forwarded-For is believed: your proxies
 	FailureMode    FailureMode
-	Timeout        time.Duration // connect timeout and command timeout, each
+	Timeout        time.Duration // connect timeout and command timeout; a whole call is cut at 2 * Timeout
 }
+
+// MaxAPIKeyBytes: longer API keys are refused (401) before any Valkey call,
+// so that one request cannot create a huge key.
+const MaxAPIKeyBytes = 256
+
+// pingIdleAfter: a pooled connection idle for longer is PINGed before use
+// (Valkey's `timeout`, a NAT or a firewall may have dropped it meanwhile).
+const pingIdleAfter = 30 * time.Second
 
 // DefaultConfig: bursts of 5 and 5 per second per key, 20 per minute per IP,
 // fail open, 50 ms timeouts.
@@ -78,7 +86,8 @@ func DefaultConfig() Config {
 // ConfigFromEnv reads VALKEY_ADDR, RL_PREFIX, RL_KEY_BURST, RL_KEY_RATE,
 // RL_KEY_PERIOD, RL_IP_LIMIT, RL_IP_PERIOD, RL_TRUSTED_PROXIES
 // (comma-separated IPs/CIDRs), RL_FAILURE_MODE (open/closed) and
-// RL_TIMEOUT_MS through getenv (os.Getenv); unset ones keep their default.
+// RL_TIMEOUT_MS through getenv (os.Getenv); unset, empty or blank ones keep
+// their default.
 func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	c := DefaultConfig()
 	str := func(name string, dst *string) {
@@ -311,6 +320,8 @@ type RateLimiter struct {
 	mu       sync.Mutex // guards the warning throttle
 	lastWarn time.Time
 	failures int
+
+	pingIdle time.Duration // pingIdleAfter (the tests lower it)
 }
 
 // NewRateLimiter does not connect: the pool dials on first use, so the
@@ -319,25 +330,36 @@ func NewRateLimiter(cfg Config) (*RateLimiter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	t := cfg.Timeout
-	pool := &redis.Pool{
-		// A client that gives up quickly: a limiter must never be the slow
-		// part of a request. Connect, read and write each time out after t;
-		// redigo never retries, and a connection that failed is discarded
-		// (the next request dials anew). Nothing is queued for later.
-		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", cfg.ValkeyAddr,
-				redis.DialConnectTimeout(t), redis.DialReadTimeout(t), redis.DialWriteTimeout(t))
-		},
-		MaxIdle:     64, // connections kept open between bursts
-		IdleTimeout: 4 * time.Minute,
-	}
 	// For the GCRA q is the burst and w the time to earn a whole burst back,
 	// ceil(burst * period / rate) seconds; for the sliding window the limit
 	// and its period. One item per limiter, in call order.
 	keyWindow := (cfg.KeyBurst*cfg.KeyPeriod + cfg.KeyRate - 1) / cfg.KeyRate
 	policy := fmt.Sprintf(`"key";q=%d;w=%d, "ip";q=%d;w=%d`, cfg.KeyBurst, keyWindow, cfg.IPLimit, cfg.IPPeriod)
-	return &RateLimiter{cfg: cfg, pool: pool, policy: policy}, nil
+	rl := &RateLimiter{cfg: cfg, policy: policy, pingIdle: pingIdleAfter}
+	t := cfg.Timeout
+	rl.pool = &redis.Pool{
+		// A client that gives up quickly: a limiter must never be the slow
+		// part of a request. Connect, read and write each time out after t,
+		// and Check cuts the whole call at 2t; redigo never retries, and a
+		// connection that failed or timed out is discarded (the next request
+		// dials anew). Nothing is queued for later.
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", cfg.ValkeyAddr,
+				redis.DialConnectTimeout(t), redis.DialReadTimeout(t), redis.DialWriteTimeout(t))
+		},
+		// A connection idle for a while may have been closed by the other
+		// end: PING it first (a failed PING discards it and dials anew).
+		TestOnBorrow: func(c redis.Conn, idleSince time.Time) error {
+			if time.Since(idleSince) < rl.pingIdle {
+				return nil
+			}
+			_, err := c.Do("PING")
+			return err
+		},
+		MaxIdle:     64, // connections kept open between bursts
+		IdleTimeout: 4 * time.Minute,
+	}
+	return rl, nil
 }
 
 // Config returns the limiter's configuration.
@@ -348,18 +370,45 @@ func (rl *RateLimiter) Close() error { return rl.pool.Close() }
 
 // Check charges one request by apiKey from ip to both limiters, atomically.
 // Any error (connection, timeout, error reply, unexpected reply) means no
-// decision: the caller applies the failure policy.
+// decision: the caller applies the failure policy. It returns within
+// 2 * Timeout, whatever Valkey does.
 func (rl *RateLimiter) Check(ctx context.Context, apiKey, ip string) (Decision, error) {
-	c := rl.cfg
-	// The dial's own timeout and this deadline bound getting a connection;
-	// the read timeout bounds the command.
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	// One deadline for the whole call: getting a connection (a dial, or the
+	// PING of one long idle) and RL.ALL. Each step also has its own timeout,
+	// so a call given up here ends soon after in the background, and its
+	// connection is discarded if it timed out.
+	limit := 2 * rl.cfg.Timeout
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	conn, err := rl.pool.GetContext(ctx)
+	type result struct {
+		d   Decision
+		err error
+	}
+	done := make(chan result, 1) // buffered: a call given up never blocks
+	go func() {
+		d, err := rl.call(ctx, apiKey, ip)
+		done <- result{d, err}
+	}()
+	select {
+	case r := <-done:
+		return r.d, r.err
+	case <-ctx.Done():
+		return Decision{}, fmt.Errorf("no answer from Valkey within %v: %w", limit, ctx.Err())
+	}
+}
+
+func (rl *RateLimiter) call(ctx context.Context, apiKey, ip string) (Decision, error) {
+	c := rl.cfg
+	conn, err := rl.pool.GetContext(ctx) // the dial is bounded by its own timeout and ctx
 	if err != nil {
 		return Decision{}, err
 	}
 	defer conn.Close() // back to the pool, or discarded if it failed
+	deadline, _ := ctx.Deadline()
+	left := time.Until(deadline)
+	if left <= 0 {
+		return Decision{}, context.DeadlineExceeded
+	}
 
 	// RL.ALL decides both limiters at once: a request denied by one
 	// consumes from neither. In Valkey Cluster all keys of one RL.ALL must
@@ -368,7 +417,8 @@ func (rl *RateLimiter) Check(ctx context.Context, apiKey, ip string) (Decision, 
 	// <prefix>:{key:<apikey>}:ip:<ip>, which limits per key and IP: a
 	// different policy), or make two calls (RL.GCRA, then RL.WINDOW) and lose
 	// the all-or-nothing. In standalone Valkey any keys work.
-	reply, err := redis.Values(conn.Do("RL.ALL", 2,
+	// The read timeout is what is left of the deadline.
+	reply, err := redis.Values(redis.DoWithTimeout(conn, left, "RL.ALL", 2,
 		c.Prefix+":key:"+apiKey, c.Prefix+":ip:"+ip,
 		"GCRA", c.KeyBurst, c.KeyRate, fmt.Sprintf("%ds", c.KeyPeriod),
 		"WINDOW", c.IPLimit, fmt.Sprintf("%ds", c.IPPeriod), "SLIDING"))
@@ -439,9 +489,14 @@ func (rl *RateLimiter) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Who: the API key (a production service would rather hash it, or
 		// use the account it authenticates to) and the client IP.
+		// (Header.Get: of a repeated X-API-Key, the first.)
 		apiKey := strings.TrimSpace(r.Header.Get("X-API-Key"))
 		if apiKey == "" {
 			writeJSON(w, http.StatusUnauthorized, map[string]interface{}{"error": "missing API key"})
+			return
+		}
+		if len(apiKey) > MaxAPIKeyBytes {
+			writeJSON(w, http.StatusUnauthorized, map[string]interface{}{"error": "API key too long"})
 			return
 		}
 		ip := ClientIP(r.RemoteAddr, r.Header.Values("X-Forwarded-For"), rl.cfg.TrustedProxies)
@@ -463,7 +518,6 @@ func (rl *RateLimiter) Middleware(next http.Handler) http.Handler {
 		if !d.Allowed {
 			body := map[string]interface{}{"error": "rate limited", "retry_after": nil}
 			if s, ok := d.RetryAfterSeconds(); ok {
-				w.Header().Set("Retry-After", strconv.FormatInt(s, 10))
 				body["retry_after"] = s
 			}
 			writeJSON(w, http.StatusTooManyRequests, body)
@@ -474,9 +528,10 @@ func (rl *RateLimiter) Middleware(next http.Handler) http.Handler {
 }
 
 // setHeaders sets the rate-limit headers of a decision
-// (draft-ietf-httpapi-ratelimit-headers-09, plus the older X-RateLimit-*),
-// on 200 and 429 alike. (Go sends them as Ratelimit-Policy, X-Ratelimit-...:
-// header names are case-insensitive.)
+// (draft-ietf-httpapi-ratelimit-headers, -07 and later, plus the older
+// X-RateLimit-*), on 200 and 429 alike, and Retry-After on a 429. (Go sends
+// them as Ratelimit-Policy, X-Ratelimit-...: header names are
+// case-insensitive.)
 func (rl *RateLimiter) setHeaders(h http.Header, d Decision) {
 	b := d.Binding()
 	reset := strconv.FormatInt(ceilSeconds(b.ResetAfterMs), 10)
@@ -485,6 +540,9 @@ func (rl *RateLimiter) setHeaders(h http.Header, d Decision) {
 	h.Set("X-RateLimit-Limit", strconv.FormatInt(b.Limit, 10))
 	h.Set("X-RateLimit-Remaining", strconv.FormatInt(b.Remaining, 10))
 	h.Set("X-RateLimit-Reset", reset)
+	if s, ok := d.RetryAfterSeconds(); ok && !d.Allowed {
+		h.Set("Retry-After", strconv.FormatInt(s, 10))
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, body interface{}) {

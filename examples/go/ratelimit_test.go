@@ -18,6 +18,8 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,6 +27,13 @@ import (
 )
 
 var valkeyAddr string
+
+// The failure tests' timeout, and the bound on every answer while Valkey
+// fails: Check cuts the call at 2 * timeout; the margin is for the machine.
+const (
+	failureTimeout = 50 * time.Millisecond
+	failureBound   = 2*failureTimeout + 150*time.Millisecond
+)
 
 func TestMain(m *testing.M) {
 	valkeyAddr = os.Getenv("RL_TEST_VALKEY_ADDR")
@@ -255,6 +264,31 @@ func TestAPIKeysAreLimitedSeparately(t *testing.T) {
 	expectHeader(t, r.header, "X-RateLimit-Remaining", "4")
 }
 
+func TestAPIKeyLongerThan256BytesIs401(t *testing.T) {
+	t.Parallel()
+	p := newPrefix()
+	c := newClient(t, testConfig(p))
+	long := strings.Repeat("k", 256)
+	expectStatus(t, c.hello(long), 200)
+	r := c.hello(long + "k")
+	expectStatus(t, r, 401)
+	expectBody(t, r, map[string]interface{}{"error": "API key too long"})
+	expectHeader(t, r.header, "RateLimit", "")
+	if !exists(t, p+":key:"+long) || exists(t, p+":key:"+long+"k") {
+		t.Fatal("the wrong keys were charged")
+	}
+}
+
+func TestRepeatedAPIKeyHeaderUsesTheFirst(t *testing.T) {
+	t.Parallel()
+	p := newPrefix()
+	c := newClient(t, testConfig(p))
+	expectStatus(t, c.get("/api/hello", "X-API-Key", "k1", "X-API-Key", "k2"), 200)
+	if !exists(t, p+":key:k1") || exists(t, p+":key:k1,k2") || exists(t, p+":key:k1, k2") {
+		t.Fatal("not limited as the first key")
+	}
+}
+
 func TestMissingAPIKeyIs401(t *testing.T) {
 	t.Parallel()
 	c := newClient(t, testConfig(newPrefix()))
@@ -338,7 +372,233 @@ func TestClientIPRules(t *testing.T) {
 	}
 }
 
+// ---------------------------------------------------------------- header values of made-up replies (no server)
+
+// denied is a 429 decided by the key's limiter (0 left), the IP's with room.
+func denied(retryAfterMs, resetAfterMs int64) Decision {
+	return Decision{Allowed: false, RetryAfterMs: retryAfterMs, Limiters: []Limiter{
+		{"key", false, 5, 0, retryAfterMs, resetAfterMs}, {"ip", true, 20, 10, 0, 30000}}}
+}
+
+func headersOf(t *testing.T, d Decision) http.Header {
+	t.Helper()
+	rl, err := NewRateLimiter(testConfig("unused")) // does not connect
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	h := http.Header{}
+	rl.setHeaders(h, d)
+	return h
+}
+
+func TestRetryAfterIsRoundedUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ms   int64
+		want string
+	}{{1, "1"}, {999, "1"}, {1000, "1"}, {1001, "2"}, {11950, "12"}} {
+		expectHeader(t, headersOf(t, denied(tc.ms, 60000)), "Retry-After", tc.want)
+		if s, ok := denied(tc.ms, 60000).RetryAfterSeconds(); !ok || strconv.FormatInt(s, 10) != tc.want {
+			t.Fatalf("%d ms: the 429 body's retry_after %d, want %s", tc.ms, s, tc.want)
+		}
+	}
+}
+
+func TestResetIsRoundedUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		ms   int64
+		want string
+	}{{0, "0"}, {1, "1"}, {1000, "1"}, {59001, "60"}} {
+		h := headersOf(t, denied(1000, tc.ms))
+		expectHeader(t, h, "RateLimit", `"key";r=0;t=`+tc.want)
+		expectHeader(t, h, "X-RateLimit-Reset", tc.want)
+	}
+}
+
+func TestHeadersOfADecision(t *testing.T) {
+	t.Parallel()
+	ok := Decision{Allowed: true, Limiters: []Limiter{{"key", true, 5, 3, 0, 24000}, {"ip", true, 20, 3, 0, 59001}}}
+	h := headersOf(t, ok)
+	// A tie on remaining and wait: the longer reset, the IP's, is reported.
+	expectHeader(t, h, "RateLimit-Policy", `"key";q=5;w=60, "ip";q=20;w=60`)
+	expectHeader(t, h, "RateLimit", `"ip";r=3;t=60`)
+	expectHeader(t, h, "X-RateLimit-Limit", "20")
+	expectHeader(t, h, "X-RateLimit-Remaining", "3")
+	expectHeader(t, h, "X-RateLimit-Reset", "60")
+	expectHeader(t, h, "Retry-After", "")
+	never := Decision{Allowed: false, RetryAfterMs: -1, Limiters: []Limiter{{"key", false, 5, 0, 5000, 60000}, {"ip", false, 20, 0, -1, 0}}}
+	h = headersOf(t, never)
+	expectHeader(t, h, "RateLimit", `"ip";r=0;t=0`) // -1 (never) is the longest wait
+	expectHeader(t, h, "Retry-After", "")
+}
+
+func TestEmptyEnvironmentVariablesAreUnset(t *testing.T) {
+	t.Parallel()
+	for _, blank := range []string{"", "  "} {
+		cfg, err := ConfigFromEnv(func(string) string { return blank })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(cfg, DefaultConfig()) {
+			t.Fatalf("%q everywhere: %+v, want the defaults", blank, cfg)
+		}
+	}
+}
+
 // ---------------------------------------------------------------- failure policy
+
+// timedHello is a request that must be answered within failureBound.
+func (c *client) timedHello() answer {
+	c.t.Helper()
+	start := time.Now()
+	r := c.hello("key-a")
+	if took := time.Since(start); took >= failureBound {
+		c.t.Fatalf("answered in %v, bound %v", took, failureBound)
+	}
+	return r
+}
+
+// proxy is a TCP proxy in front of the real Valkey, to play one that
+// stalls. New connections are forwarded to the real server (mode "forward")
+// or accepted and never answered ("hang"); blackhole makes every connection
+// open so far stop forwarding, both ways, without closing it (a Valkey gone
+// behind a dead route, or a connection a failover left behind); closeAll
+// closes them (Valkey's `timeout` closing idle clients, a NAT forgetting).
+type proxy struct {
+	l     net.Listener
+	mu    sync.Mutex
+	mode  string
+	conns []*proxyConn
+}
+
+type proxyConn struct {
+	socks []net.Conn
+	dead  atomic.Bool
+}
+
+func newProxy(t *testing.T, mode string) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l, mode: mode}
+	t.Cleanup(p.closeAll)
+	go func() {
+		for {
+			client, err := l.Accept()
+			if err != nil {
+				return
+			}
+			pc := &proxyConn{socks: []net.Conn{client}}
+			p.mu.Lock()
+			if p.mode == "forward" {
+				if upstream, err := net.Dial("tcp", valkeyAddr); err == nil {
+					pc.socks = append(pc.socks, upstream)
+					go pc.pump(client, upstream)
+					go pc.pump(upstream, client)
+				}
+			}
+			p.conns = append(p.conns, pc)
+			p.mu.Unlock()
+		}
+	}()
+	return p
+}
+
+func (pc *proxyConn) pump(src, dst net.Conn) {
+	buf := make([]byte, 65536)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !pc.dead.Load() { // else swallowed: black-holed
+			_, _ = dst.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *proxy) addr() string { return p.l.Addr().String() }
+
+func (p *proxy) setMode(mode string) { p.mu.Lock(); p.mode = mode; p.mu.Unlock() }
+
+func (p *proxy) blackhole() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pc := range p.conns {
+		pc.dead.Store(true)
+	}
+}
+
+func (p *proxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pc := range p.conns {
+		for _, s := range pc.socks {
+			s.Close()
+		}
+	}
+	p.conns = nil
+}
+
+// TestStalledConnectionIsReplaced: a Valkey that accepts and never answers,
+// then answers (a new connection reaches it); then the connection in use
+// goes dead without being closed. Each time, after a failure within the
+// bound, a later request is decided.
+func TestStalledConnectionIsReplaced(t *testing.T) {
+	t.Parallel()
+	p := newProxy(t, "hang")
+	defer p.l.Close()
+	cfg := testConfig(newPrefix())
+	cfg.ValkeyAddr, cfg.Timeout = p.addr(), failureTimeout // fails open
+	c := newClient(t, cfg)
+	untilDecided := func() {
+		deadline := time.Now().Add(3 * time.Second)
+		for c.timedHello().header.Get("RateLimit") == "" {
+			if time.Now().After(deadline) {
+				t.Fatal("no decision 3 s after Valkey came back")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if r := c.timedHello(); r.status != 200 || r.header.Get("RateLimit") != "" {
+		t.Fatalf("hung: %d, RateLimit %q", r.status, r.header.Get("RateLimit"))
+	}
+	p.setMode("forward")
+	untilDecided()
+	p.blackhole()
+	if r := c.timedHello(); r.status != 200 || r.header.Get("RateLimit") != "" {
+		t.Fatalf("black-holed: %d, RateLimit %q", r.status, r.header.Get("RateLimit"))
+	}
+	untilDecided()
+}
+
+// TestIdleConnectionIsPingedBeforeUse: a pooled connection the other end
+// closed while it was idle is found out by TestOnBorrow's PING, and the
+// request is decided on a new one (not failed on the dead one).
+func TestIdleConnectionIsPingedBeforeUse(t *testing.T) {
+	t.Parallel()
+	p := newProxy(t, "forward")
+	defer p.l.Close()
+	cfg := testConfig(newPrefix())
+	cfg.ValkeyAddr = p.addr()
+	limiter, err := NewRateLimiter(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer limiter.Close()
+	if limiter.pingIdle != 30*time.Second {
+		t.Fatalf("pingIdle %v", limiter.pingIdle)
+	}
+	limiter.pingIdle = 0 // every idle connection counts as long idle
+	c := &client{t: t, handler: newApp(limiter), peer: "127.0.0.1"}
+	expectHeader(t, c.hello("key-a").header, "X-RateLimit-Remaining", "4")
+	p.closeAll()
+	time.Sleep(50 * time.Millisecond) // let the close reach the pooled connection
+	expectHeader(t, c.hello("key-a").header, "X-RateLimit-Remaining", "3")
+}
 
 func TestFailurePolicy(t *testing.T) {
 	t.Parallel()
@@ -360,15 +620,15 @@ func TestFailurePolicy(t *testing.T) {
 	for _, target := range []struct{ name, addr string }{{"dead", dead}, {"hung", hung.Addr().String()}} {
 		for _, mode := range []FailureMode{FailOpen, FailClosed} {
 			cfg := testConfig(newPrefix())
-			cfg.ValkeyAddr, cfg.FailureMode, cfg.Timeout = target.addr, mode, 50*time.Millisecond
+			cfg.ValkeyAddr, cfg.FailureMode, cfg.Timeout = target.addr, mode, failureTimeout
 			c := newClient(t, cfg)
 			// The second request shows that a failed connection is not left hanging.
 			for attempt := 1; attempt <= 2; attempt++ {
 				what := fmt.Sprintf("%s %s #%d", target.name, mode, attempt)
 				start := time.Now()
 				r := c.hello("key-a")
-				if took := time.Since(start); took >= 500*time.Millisecond {
-					t.Fatalf("%s: answered in %v", what, took)
+				if took := time.Since(start); took >= failureBound {
+					t.Fatalf("%s: answered in %v, bound %v", what, took, failureBound)
 				}
 				if r.header.Get("RateLimit") != "" || r.header.Get("X-RateLimit-Remaining") != "" {
 					t.Fatalf("%s: rate headers on a failure", what)

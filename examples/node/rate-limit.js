@@ -25,24 +25,28 @@ export const DEFAULTS = Object.freeze({
   ipPeriod: 60,
   trustedProxies: [], // IPs or CIDRs whose X-Forwarded-For we believe
   failureMode: 'open', // 'open': serve when Valkey fails; 'closed': answer 503
-  timeoutMs: 50, // connect and command timeout
+  timeoutMs: 50, // connect and command timeout (a call costs at most this: see createClient)
   logger: console,
 });
 
-/** The knobs from environment variables (names shared by every recipe). */
+/** Longer API keys are refused (401) before any Valkey call: one request must not create a huge key. */
+export const MAX_API_KEY_BYTES = 256;
+
+/** The knobs from environment variables (names shared by every recipe); unset, empty or blank ones keep their default. */
 export function configFromEnv(env = process.env) {
-  const num = (name, dflt) => (env[name] === undefined ? dflt : Number(env[name]));
+  const get = (name) => (env[name] ?? '').trim() || undefined;
+  const num = (name, dflt) => (get(name) === undefined ? dflt : Number(get(name)));
   return {
     ...DEFAULTS,
-    valkeyAddr: env.VALKEY_ADDR ?? DEFAULTS.valkeyAddr,
-    prefix: env.RL_PREFIX ?? DEFAULTS.prefix,
+    valkeyAddr: get('VALKEY_ADDR') ?? DEFAULTS.valkeyAddr,
+    prefix: get('RL_PREFIX') ?? DEFAULTS.prefix,
     keyBurst: num('RL_KEY_BURST', DEFAULTS.keyBurst),
     keyRate: num('RL_KEY_RATE', DEFAULTS.keyRate),
     keyPeriod: num('RL_KEY_PERIOD', DEFAULTS.keyPeriod),
     ipLimit: num('RL_IP_LIMIT', DEFAULTS.ipLimit),
     ipPeriod: num('RL_IP_PERIOD', DEFAULTS.ipPeriod),
-    trustedProxies: (env.RL_TRUSTED_PROXIES ?? '').split(',').map((s) => s.trim()).filter(Boolean),
-    failureMode: env.RL_FAILURE_MODE ?? DEFAULTS.failureMode,
+    trustedProxies: (get('RL_TRUSTED_PROXIES') ?? '').split(',').map((s) => s.trim()).filter(Boolean),
+    failureMode: get('RL_FAILURE_MODE') ?? DEFAULTS.failureMode,
     timeoutMs: num('RL_TIMEOUT_MS', DEFAULTS.timeoutMs),
   };
 }
@@ -68,7 +72,14 @@ function validate(config) {
  *   stale, after the request was already answered);
  * - autoResendUnfulfilledCommands false: after a reconnect, a call that timed
  *   out is not sent again (it would charge the limiters a second time).
- * The client keeps reconnecting in the background (retryStrategy).
+ * - enableReadyCheck false: no INFO round trip before the connection is
+ *   used (a server that accepts and never answers it would leave the client
+ *   in "connect"); a server still loading answers RL.ALL with -LOADING, a
+ *   failure like any other.
+ * The client keeps reconnecting in the background (retryStrategy); a request
+ * never waits for a connection, so the whole call is the command, cut at
+ * commandTimeout = timeoutMs (within the contract's 2 * timeoutMs). check()
+ * drops a connection on which a command timed out (iovalkey would keep it).
  */
 export function createClient(config) {
   const c = validate(config);
@@ -81,6 +92,7 @@ export function createClient(config) {
     maxRetriesPerRequest: 0,
     enableOfflineQueue: false,
     autoResendUnfulfilledCommands: false,
+    enableReadyCheck: false,
     retryStrategy: (times) => Math.min(times * 100, 1000),
   });
   // Without a listener, every failed reconnect prints an "Unhandled error
@@ -91,11 +103,15 @@ export function createClient(config) {
 
 const ceilSeconds = (ms) => Math.ceil(ms / 1000); // a client that waits this long is never early
 
-/** The most restrictive limiter: least remaining, then the longest waits, then the first. */
+/**
+ * The most restrictive limiter: least remaining, then the longest wait (-1,
+ * "never", counts as the longest), then the longest reset, then the first.
+ */
 function binding(limiters) {
+  const wait = (ms) => (ms < 0 ? Infinity : ms);
   return limiters.reduce((best, l) => {
-    const a = [l.remaining, -l.retryAfterMs, -l.resetAfterMs];
-    const b = [best.remaining, -best.retryAfterMs, -best.resetAfterMs];
+    const a = [l.remaining, -wait(l.retryAfterMs), -l.resetAfterMs];
+    const b = [best.remaining, -wait(best.retryAfterMs), -best.resetAfterMs];
     for (let k = 0; k < 3; k++) if (a[k] !== b[k]) return a[k] < b[k] ? l : best;
     return best;
   });
@@ -110,11 +126,23 @@ export async function check(client, config, apiKey, ip) {
   // keys (`${prefix}:{key:${apiKey}}` and `${prefix}:{key:${apiKey}}:ip:${ip}`,
   // which limits per key and IP), or make two calls (RL.GCRA, then RL.WINDOW)
   // and lose the all-or-nothing. In standalone Valkey any keys work.
-  const reply = await client.call(
-    'RL.ALL', 2, `${c.prefix}:key:${apiKey}`, `${c.prefix}:ip:${ip}`,
-    'GCRA', c.keyBurst, c.keyRate, `${c.keyPeriod}s`,
-    'WINDOW', c.ipLimit, `${c.ipPeriod}s`, 'SLIDING',
-  );
+  const stream = client.stream;
+  let reply;
+  try {
+    reply = await client.call(
+      'RL.ALL', 2, `${c.prefix}:key:${apiKey}`, `${c.prefix}:ip:${ip}`,
+      'GCRA', c.keyBurst, c.keyRate, `${c.keyPeriod}s`,
+      'WINDOW', c.ipLimit, `${c.ipPeriod}s`, 'SLIDING',
+    );
+  } catch (err) {
+    // commandTimeout only rejects the promise: iovalkey keeps the connection,
+    // which may never answer again (a server gone behind a dead route). Drop
+    // it (unless another request already did): destroy the socket, as
+    // client.disconnect() only half-closes it and waits for the peer; the
+    // client sees a lost connection and reconnects.
+    if (err.message === 'Command timed out' && client.stream === stream) stream.destroy();
+    throw err;
+  }
   // RESP2: [allowed, retry_after_ms, [[allowed, limit, remaining, retry_after_ms, reset_after_ms], ...]]
   const [allowed, retryAfterMs, items] = reply;
   if (!Array.isArray(items) || items.length !== 2) throw new Error(`unexpected RL.ALL reply: ${JSON.stringify(reply)}`);
@@ -140,7 +168,7 @@ export function rateHeaders(decision, policy) {
 }
 
 /** Retry-After in whole seconds, rounded up and at least 1; null when it can never pass. */
-function retryAfterSeconds(decision) {
+export function retryAfterSeconds(decision) {
   return decision.retryAfterMs < 0 ? null : Math.max(1, ceilSeconds(decision.retryAfterMs));
 }
 
@@ -211,8 +239,10 @@ export function rateLimit(client, config) {
   const warn = throttledWarning(c);
 
   return async function rateLimitMiddleware(req, res, next) {
-    const apiKey = (req.get('X-API-Key') ?? '').trim();
+    // A repeated X-API-Key: the first one (Node would join them with ", ").
+    const apiKey = (req.headersDistinct['x-api-key']?.[0] ?? '').trim();
     if (!apiKey) return res.status(401).json({ error: 'missing API key' });
+    if (Buffer.byteLength(apiKey, 'latin1') > MAX_API_KEY_BYTES) return res.status(401).json({ error: 'API key too long' });
     const ip = clientIp(req.socket.remoteAddress, req.get('X-Forwarded-For'), trusted);
 
     let decision;

@@ -32,6 +32,10 @@ from valkey.backoff import NoBackoff
 
 log = logging.getLogger("rate_limit")
 
+# Longer API keys are refused (401) before any Valkey call: one request must
+# not be able to create a huge key.
+MAX_API_KEY_BYTES = 256
+
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -49,7 +53,7 @@ class RateLimitConfig:
     ip_period: int = 60
     trusted_proxies: tuple[str, ...] = ()  # IPs or CIDRs whose X-Forwarded-For we believe
     failure_mode: str = "open"  # "open": serve when Valkey fails; "closed": answer 503
-    timeout_ms: int = 50  # connect and command timeout
+    timeout_ms: int = 50  # connect and command timeout; the whole call is cut at 2 * timeout_ms
 
     def __post_init__(self) -> None:
         if self.failure_mode not in ("open", "closed"):
@@ -60,23 +64,31 @@ class RateLimitConfig:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> RateLimitConfig:
+        """The knobs from environment variables; unset, empty or blank ones keep their default."""
         env = os.environ if env is None else env
         d = cls()
 
-        def num(name: str, default: int) -> int:
-            return int(env.get(name, default))
+        def get(name: str, default: str) -> str:
+            return env.get(name, "").strip() or default
 
-        proxies = tuple(p.strip() for p in env.get("RL_TRUSTED_PROXIES", "").split(",") if p.strip())
+        def num(name: str, default: int) -> int:
+            value = get(name, str(default))
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"{name} must be an integer of at least 1, not {value!r}") from None
+
+        proxies = tuple(p.strip() for p in get("RL_TRUSTED_PROXIES", "").split(",") if p.strip())
         return cls(
-            valkey_addr=env.get("VALKEY_ADDR", d.valkey_addr),
-            prefix=env.get("RL_PREFIX", d.prefix),
+            valkey_addr=get("VALKEY_ADDR", d.valkey_addr),
+            prefix=get("RL_PREFIX", d.prefix),
             key_burst=num("RL_KEY_BURST", d.key_burst),
             key_rate=num("RL_KEY_RATE", d.key_rate),
             key_period=num("RL_KEY_PERIOD", d.key_period),
             ip_limit=num("RL_IP_LIMIT", d.ip_limit),
             ip_period=num("RL_IP_PERIOD", d.ip_period),
             trusted_proxies=proxies,
-            failure_mode=env.get("RL_FAILURE_MODE", d.failure_mode),
+            failure_mode=get("RL_FAILURE_MODE", d.failure_mode),
             timeout_ms=num("RL_TIMEOUT_MS", d.timeout_ms),
         )
 
@@ -86,8 +98,10 @@ def make_client(config: RateLimitConfig) -> valkey.Valkey:
 
     Both timeouts are `timeout_ms`, and there are no retries (valkey-py's
     default, spelled out): a retry would double what a down Valkey costs.
-    A connection that failed is dropped and the next request connects anew,
-    so each request while Valkey is down costs at most about one timeout.
+    A connection that failed or timed out is dropped and the next request
+    connects anew. RateLimiter.check also cuts the whole call (connect,
+    handshake, command) at 2 * timeout_ms: that is what a down or hung
+    Valkey costs a request, at most.
     """
     host, _, port = config.valkey_addr.rpartition(":")
     timeout = config.timeout_ms / 1000
@@ -123,8 +137,14 @@ class Decision:
 
     @property
     def binding(self) -> Limiter:
-        """The most restrictive limiter: least remaining, then the longest waits, then the first."""
-        return min(self.limiters, key=lambda l: (l.remaining, -l.retry_after_ms, -l.reset_after_ms))
+        """The most restrictive limiter: least remaining, then the longest wait (-1, "never",
+        counts as the longest), then the longest reset, then the first."""
+
+        def wait(ms: int) -> float:
+            return math.inf if ms < 0 else ms
+
+        # min() keeps the first of equal elements: `key` wins a full tie.
+        return min(self.limiters, key=lambda l: (l.remaining, -wait(l.retry_after_ms), -l.reset_after_ms))
 
     @property
     def retry_after_s(self) -> int | None:
@@ -168,8 +188,8 @@ class RateLimiter:
         self._gcra = ("GCRA", c.key_burst, c.key_rate, f"{c.key_period}s")
         self._window = ("WINDOW", c.ip_limit, f"{c.ip_period}s", "SLIDING")
         # The client's own timeouts bound each step; this bounds the whole
-        # call (connect, handshake, command) in case several steps are slow.
-        self._deadline = 3 * c.timeout_ms / 1000
+        # call (connect, handshake, command): at most 2 * timeout_ms.
+        self._deadline = 2 * c.timeout_ms / 1000
 
     async def check(self, api_key: str, client_ip: str) -> Decision:
         """Charge one request; raises on any failure (the caller applies the failure policy)."""
@@ -265,6 +285,9 @@ class RateLimitMiddleware:
         if not api_key:
             await _json(send, 401, {"error": "missing API key"})
             return
+        if len(api_key) > MAX_API_KEY_BYTES:  # latin-1 decoded: one character per byte
+            await _json(send, 401, {"error": "API key too long"})
+            return
         peer = scope["client"][0] if scope.get("client") else None
         ip = client_ip(peer, headers.get("x-forwarded-for"), self.trusted)
 
@@ -307,12 +330,16 @@ class RateLimitMiddleware:
 
 
 def _headers(scope: dict) -> dict[str, str]:
-    # Repeated headers are joined with "," as HTTP allows (X-Forwarded-For
-    # may arrive split over several lines).
+    # X-Forwarded-For may arrive split over several lines: they are joined
+    # with "," into one list, as HTTP allows. Of any other repeated header
+    # (X-API-Key sent twice) the first value is used.
     out: dict[str, str] = {}
     for k, v in scope.get("headers", []):
         name, value = k.decode("latin-1").lower(), v.decode("latin-1")
-        out[name] = f"{out[name]},{value}" if name in out else value
+        if name not in out:
+            out[name] = value
+        elif name == "x-forwarded-for":
+            out[name] = f"{out[name]},{value}"
     return out
 
 

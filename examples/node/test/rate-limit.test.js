@@ -5,13 +5,16 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
+import http from 'node:http';
 import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import Valkey from 'iovalkey';
 import { createApp, waitReady } from '../app.js';
-import { DEFAULTS, clientIp, createClient, trustedList } from '../rate-limit.js';
+import {
+  DEFAULTS, clientIp, configFromEnv, createClient, rateHeaders, retryAfterSeconds, trustedList,
+} from '../rate-limit.js';
 
 const ADDR = process.env.RL_TEST_VALKEY_ADDR;
 if (!ADDR) {
@@ -19,6 +22,10 @@ if (!ADDR) {
   process.exit(2);
 }
 const KEY = { 'X-API-Key': 'key-a' };
+// The failure tests' timeout, and the bound on every answer while Valkey
+// fails: 2 * timeout at most; the margin is for a loaded machine.
+const TIMEOUT_MS = 50;
+const BOUND_MS = 2 * TIMEOUT_MS + 150;
 
 let store; // a plain client for looking at keys from the tests
 before(async () => {
@@ -31,12 +38,14 @@ after(() => store.disconnect());
  * A fresh app on a free loopback port with its own key prefix (so one server
  * serves the whole run). The limits start from a slow refill (burst 5, 5 per
  * 60 s: one token per 12 s), so no token comes back however loaded the machine.
+ * The timeout is generous here (a loaded machine must not turn a slow answer
+ * into a failure); the failure tests use the real 50 ms.
  */
 async function startApp(t, overrides = {}) {
   const warnings = [];
   const config = {
     ...DEFAULTS, valkeyAddr: ADDR, prefix: `rl:test:${randomBytes(6).toString('hex')}:api`,
-    keyBurst: 5, keyRate: 5, keyPeriod: 60, ipLimit: 20, ipPeriod: 60,
+    keyBurst: 5, keyRate: 5, keyPeriod: 60, ipLimit: 20, ipPeriod: 60, timeoutMs: 1000,
     logger: { warn: (m) => warnings.push(m) }, ...overrides,
   };
   const client = createClient(config);
@@ -49,7 +58,7 @@ async function startApp(t, overrides = {}) {
     server.close();
     client.disconnect();
   });
-  return { config, warnings, get: (headers = KEY, path = '/api/hello') => fetch(base + path, { headers }) };
+  return { config, warnings, base, get: (headers = KEY, path = '/api/hello') => fetch(base + path, { headers }) };
 }
 
 test('allows exactly the burst', async (t) => {
@@ -130,6 +139,29 @@ test('a different API key is limited separately', async (t) => {
   assert.equal(r.headers.get('X-RateLimit-Remaining'), '4');
 });
 
+test('an API key longer than 256 bytes is 401', async (t) => {
+  const app = await startApp(t);
+  assert.equal((await app.get({ 'X-API-Key': 'k'.repeat(256) })).status, 200);
+  const r = await app.get({ 'X-API-Key': 'k'.repeat(257) });
+  assert.equal(r.status, 401);
+  assert.deepEqual(await r.json(), { error: 'API key too long' });
+  assert.equal(r.headers.get('RateLimit'), null);
+  assert.equal(await store.exists(`${app.config.prefix}:key:${'k'.repeat(256)}`), 1);
+  assert.equal(await store.exists(`${app.config.prefix}:key:${'k'.repeat(257)}`), 0);
+});
+
+test('a repeated X-API-Key header: the first is used', async (t) => {
+  const app = await startApp(t);
+  // fetch would join the two into one "k1, k2" line: node:http sends two lines.
+  const res = await new Promise((resolve, reject) => {
+    http.get(`${app.base}/api/hello`, { headers: { 'X-API-Key': ['k1', 'k2'] } }, resolve).on('error', reject);
+  });
+  res.resume();
+  assert.equal(res.statusCode, 200);
+  assert.equal(await store.exists(`${app.config.prefix}:key:k1`), 1);
+  assert.deepEqual(await store.keys(`${app.config.prefix}:key:k1?*`), []); // not "k1, k2"
+});
+
 test('a missing API key is 401', async (t) => {
   const app = await startApp(t);
   for (const headers of [{}, { 'X-API-Key': '' }]) {
@@ -176,6 +208,61 @@ test('client IP rules', () => {
   assert.equal(clientIp('::1', '2001:DB8:0:0::1', trusted), '2001:db8::1'); // canonical IPv6
 });
 
+// ---- the header values of made-up replies (no server)
+
+const POLICY = '"key";q=5;w=60, "ip";q=20;w=60';
+const limiter = (name, allowed, limit, remaining, retryAfterMs, resetAfterMs) => ({
+  name, allowed, limit, remaining, retryAfterMs, resetAfterMs,
+});
+/** A 429 decided by the key's limiter (0 left), the IP's with room. */
+const denied = (retryAfterMs, resetAfterMs = 60_000) => ({
+  allowed: false,
+  retryAfterMs,
+  limiters: [limiter('key', false, 5, 0, retryAfterMs, resetAfterMs), limiter('ip', true, 20, 10, 0, 30_000)],
+});
+
+test('Retry-After is rounded up', () => {
+  for (const [ms, want] of [[1, '1'], [999, '1'], [1000, '1'], [1001, '2'], [11950, '12']]) {
+    assert.equal(rateHeaders(denied(ms), POLICY)['Retry-After'], want, `${ms} ms`);
+    assert.equal(String(retryAfterSeconds(denied(ms))), want, `${ms} ms: the 429 body's retry_after`);
+  }
+});
+
+test('the reset (t, X-RateLimit-Reset) is rounded up', () => {
+  for (const [ms, want] of [[0, '0'], [1, '1'], [1000, '1'], [59001, '60']]) {
+    const h = rateHeaders(denied(1000, ms), POLICY);
+    assert.equal(h.RateLimit, `"key";r=0;t=${want}`, `${ms} ms`);
+    assert.equal(h['X-RateLimit-Reset'], want, `${ms} ms`);
+  }
+});
+
+test('the headers of a decision', () => {
+  const ok = { allowed: true, retryAfterMs: 0, limiters: [limiter('key', true, 5, 3, 0, 24_000), limiter('ip', true, 20, 3, 0, 59_001)] };
+  assert.deepEqual(rateHeaders(ok, POLICY), { // tie on remaining and wait: the longer reset, the IP's, is reported
+    'RateLimit-Policy': POLICY, RateLimit: '"ip";r=3;t=60', 'X-RateLimit-Limit': '20',
+    'X-RateLimit-Remaining': '3', 'X-RateLimit-Reset': '60',
+  });
+  const never = {
+    allowed: false, retryAfterMs: -1, limiters: [limiter('key', false, 5, 0, 5000, 60_000), limiter('ip', false, 20, 0, -1, 0)],
+  };
+  const h = rateHeaders(never, POLICY);
+  assert.equal(h.RateLimit, '"ip";r=0;t=0'); // -1 (never) is the longest wait
+  assert.equal(h['Retry-After'], undefined);
+  assert.equal(retryAfterSeconds(never), null);
+});
+
+test('empty environment variables are unset', () => {
+  const names = ['VALKEY_ADDR', 'RL_PREFIX', 'RL_KEY_BURST', 'RL_KEY_RATE', 'RL_KEY_PERIOD', 'RL_IP_LIMIT',
+    'RL_IP_PERIOD', 'RL_TRUSTED_PROXIES', 'RL_FAILURE_MODE', 'RL_TIMEOUT_MS'];
+  for (const blank of ['', '  ']) {
+    const config = configFromEnv(Object.fromEntries(names.map((n) => [n, blank])));
+    assert.deepEqual({ ...config, logger: null }, { ...DEFAULTS, logger: null });
+  }
+  assert.equal(configFromEnv({ RL_KEY_BURST: ' 7 ' }).keyBurst, 7);
+});
+
+// ---- failure policy
+
 /** A loopback port nothing listens on. */
 async function deadAddr() {
   const s = net.createServer().listen(0, '127.0.0.1');
@@ -219,19 +306,60 @@ async function stalledAddr() {
   };
 }
 
+/**
+ * A TCP proxy in front of the real Valkey, to play one that stalls. New
+ * connections are forwarded to the real server (mode 'forward') or accepted
+ * and never answered (mode 'hang'); blackhole() makes every connection open
+ * so far stop forwarding, both ways, without closing it: a Valkey gone behind
+ * a dead route, or a connection a failover left behind.
+ */
+async function proxy(target, mode = 'hang') {
+  const [host, port] = target.split(':');
+  const conns = [];
+  const s = net.createServer((client) => {
+    const conn = { socks: [client], live: true };
+    conns.push(conn);
+    client.on('error', () => {});
+    if (p.mode !== 'forward') return;
+    const upstream = net.connect(Number(port), host);
+    upstream.on('error', () => {});
+    conn.socks.push(upstream);
+    client.on('data', (d) => { if (conn.live) upstream.write(d); }); // else swallowed: black-holed
+    upstream.on('data', (d) => { if (conn.live) client.write(d); });
+  }).listen(0, '127.0.0.1');
+  await once(s, 'listening');
+  const p = {
+    mode,
+    addr: `127.0.0.1:${s.address().port}`,
+    blackhole() { for (const conn of conns) conn.live = false; },
+    close() { for (const conn of conns) for (const sock of conn.socks) sock.destroy(); s.close(); },
+  };
+  return p;
+}
+
+/** GET /api/hello, asserting the answer comes within the failure bound. */
+async function timedGet(app) {
+  const start = performance.now();
+  const r = await app.get();
+  const elapsed = performance.now() - start;
+  assert.ok(elapsed < BOUND_MS, `answered in ${elapsed.toFixed(0)} ms, bound ${BOUND_MS} ms`);
+  await r.arrayBuffer();
+  return r;
+}
+
 const targets = [['nothing listens', deadAddr], ['the server hangs', hungAddr], ['the server stops answering', stalledAddr]];
 for (const mode of ['open', 'closed']) {
   for (const [what, target] of targets) {
     test(`fail ${mode} when ${what}`, async (t) => {
       const valkey = await target();
       t.after(() => valkey.close());
-      const app = await startApp(t, { valkeyAddr: valkey.addr, failureMode: mode, timeoutMs: 50 });
+      const app = await startApp(t, { valkeyAddr: valkey.addr, failureMode: mode, timeoutMs: TIMEOUT_MS });
       await sleep(100); // let the client's first connection attempt get under way, or fail
       for (let i = 0; i < 2; i++) { // the second shows a failed connection is not left hanging
         const start = performance.now();
         const r = await app.get();
         const elapsed = performance.now() - start;
-        assert.ok(elapsed < 500, `answered in ${elapsed.toFixed(0)} ms`);
+        assert.ok(elapsed < BOUND_MS, `answered in ${elapsed.toFixed(0)} ms, bound ${BOUND_MS} ms`);
         assert.equal(r.headers.get('RateLimit'), null);
         assert.equal(r.headers.get('X-RateLimit-Remaining'), null);
         if (mode === 'open') {
@@ -248,6 +376,33 @@ for (const mode of ['open', 'closed']) {
     });
   }
 }
+
+test('a stalled connection is replaced', async (t) => {
+  // A Valkey that accepts and never answers, then answers (a new connection
+  // reaches it); then the connection in use goes dead without being closed:
+  // each time, after a failure within the bound, a later request is decided.
+  const valkey = await proxy(ADDR);
+  t.after(() => valkey.close());
+  const app = await startApp(t, { valkeyAddr: valkey.addr, timeoutMs: TIMEOUT_MS }); // fails open
+  const untilDecided = async () => {
+    const deadline = performance.now() + 3000;
+    while ((await timedGet(app)).headers.get('RateLimit') === null) {
+      assert.ok(performance.now() < deadline, 'no decision 3 s after Valkey came back');
+      await sleep(50);
+    }
+  };
+  await sleep(100); // the first connection is under way, its ready check unanswered
+  let r = await timedGet(app);
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('RateLimit'), null);
+  valkey.mode = 'forward';
+  await untilDecided();
+  valkey.blackhole();
+  r = await timedGet(app);
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('RateLimit'), null);
+  await untilDecided();
+});
 
 test('app.js as deployed: configured from the environment', async (t) => {
   const port = (await deadAddr()).addr.split(':')[1];

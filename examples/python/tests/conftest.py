@@ -48,9 +48,11 @@ def prefix() -> str:
 @pytest.fixture
 def config(valkey_addr: str, prefix: str) -> RateLimitConfig:
     """The limits the tests start from: a slow refill (burst 5, 5 per 60 s: one
-    token per 12 s), so no token comes back however loaded the machine."""
+    token per 12 s), so no token comes back however loaded the machine. The
+    timeout is generous here (a loaded machine must not turn a slow answer into
+    a failure); the failure tests use the real 50 ms."""
     return RateLimitConfig(valkey_addr=valkey_addr, prefix=prefix, key_burst=5, key_rate=5, key_period=60,
-                           ip_limit=20, ip_period=60)
+                           ip_limit=20, ip_period=60, timeout_ms=1000)
 
 
 @pytest.fixture
@@ -86,6 +88,65 @@ def hung_addr():
         s.bind(("127.0.0.1", 0))
         s.listen(64)
         yield f"127.0.0.1:{s.getsockname()[1]}"
+
+
+class Proxy:
+    """A TCP proxy in front of the real Valkey, to play one that stalls.
+
+    New connections are forwarded to the real server (mode "forward") or
+    accepted and never answered (mode "hang"); blackhole() makes every
+    connection open so far stop forwarding, both ways, without closing it: a
+    Valkey gone behind a dead route, or a connection a failover left behind.
+    """
+
+    def __init__(self, target: str, mode: str = "hang") -> None:
+        host, _, port = target.rpartition(":")
+        self.target = (host, int(port))
+        self.mode = mode
+        self._conns: list[dict] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.addr = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            conn = {"socks": [client], "live": True}
+            self._conns.append(conn)
+            if self.mode == "forward":
+                upstream = socket.create_connection(self.target)
+                conn["socks"].append(upstream)
+                for src, dst in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pump, args=(src, dst, conn), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket, conn: dict) -> None:
+        try:
+            while data := src.recv(65536):
+                if conn["live"]:
+                    dst.sendall(data)  # else swallowed: the connection is black-holed
+        except OSError:
+            pass
+
+    def blackhole(self) -> None:
+        for conn in self._conns:
+            conn["live"] = False
+
+    def close(self) -> None:
+        self._listener.close()
+        for conn in self._conns:
+            for s in conn["socks"]:
+                s.close()
+
+
+@pytest.fixture
+def proxy(valkey_addr: str):
+    p = Proxy(valkey_addr)
+    yield p
+    p.close()
 
 
 @pytest.fixture

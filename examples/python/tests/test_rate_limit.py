@@ -13,11 +13,15 @@ import time
 import httpx
 import pytest
 
-from rate_limit import client_ip, parse_networks
+from rate_limit import Decision, Limiter, RateLimitConfig, client_ip, parse_networks
 
 pytestmark = pytest.mark.anyio
 
 KEY = {"X-API-Key": "key-a"}
+# The failure tests' timeout, and the bound on every answer while Valkey
+# fails: the whole call is cut at 2 * timeout; the margin is for the machine.
+TIMEOUT_MS = 50
+BOUND_S = (2 * TIMEOUT_MS + 150) / 1000
 
 
 async def test_allows_exactly_the_burst(http):
@@ -97,6 +101,24 @@ async def test_api_keys_are_limited_separately(http):
     assert r.headers["X-RateLimit-Remaining"] == "4"
 
 
+async def test_api_key_longer_than_256_bytes_is_401(http, store, prefix):
+    c = http()
+    r = await c.get("/api/hello", headers={"X-API-Key": "k" * 256})
+    assert r.status_code == 200
+    r = await c.get("/api/hello", headers={"X-API-Key": "k" * 257})
+    assert r.status_code == 401
+    assert r.json() == {"error": "API key too long"}
+    assert "RateLimit" not in r.headers
+    assert store.exists(f"{prefix}:key:{'k' * 256}") and not store.exists(f"{prefix}:key:{'k' * 257}")
+
+
+async def test_repeated_api_key_header_uses_the_first(http, store, prefix):
+    r = await http().get("/api/hello", headers=[("X-API-Key", "k1"), ("X-API-Key", "k2")])
+    assert r.status_code == 200
+    assert store.exists(f"{prefix}:key:k1")
+    assert not store.keys(f"{prefix}:key:k1?*")  # not "k1,k2" or "k1, k2"
+
+
 async def test_missing_api_key_is_401(http):
     c = http()
     for headers in ({}, {"X-API-Key": ""}):
@@ -140,17 +162,69 @@ def test_client_ip_rules():
     assert client_ip("::1", "2001:DB8:0:0::1", trusted) == "2001:db8::1"  # canonical IPv6
 
 
+# ---- the header values of made-up replies (no server)
+
+POLICY = '"key";q=5;w=60, "ip";q=20;w=60'
+
+
+def denied(retry_after_ms: int, reset_after_ms: int = 60_000) -> Decision:
+    """A 429 decided by the key's limiter (0 left), the IP's with room."""
+    return Decision(False, retry_after_ms, (Limiter("key", False, 5, 0, retry_after_ms, reset_after_ms),
+                                            Limiter("ip", True, 20, 10, 0, 30_000)), POLICY)
+
+
+@pytest.mark.parametrize("ms, want", [(1, "1"), (999, "1"), (1000, "1"), (1001, "2"), (11950, "12")])
+def test_retry_after_is_rounded_up(ms, want):
+    headers = dict(denied(ms).headers())
+    assert headers["Retry-After"] == want
+    assert str(denied(ms).retry_after_s) == want  # the 429 body's retry_after
+
+
+@pytest.mark.parametrize("ms, want", [(0, "0"), (1, "1"), (1000, "1"), (59001, "60")])
+def test_reset_is_rounded_up(ms, want):
+    headers = dict(denied(1000, reset_after_ms=ms).headers())
+    assert headers["RateLimit"] == f'"key";r=0;t={want}'
+    assert headers["X-RateLimit-Reset"] == want
+
+
+def test_headers_of_a_decision():
+    d = Decision(True, 0, (Limiter("key", True, 5, 3, 0, 24_000), Limiter("ip", True, 20, 3, 0, 59_001)), POLICY)
+    assert d.headers() == [  # tie on remaining and wait: the longer reset, the IP's, is reported
+        ("RateLimit-Policy", POLICY), ("RateLimit", '"ip";r=3;t=60'), ("X-RateLimit-Limit", "20"),
+        ("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", "60")]
+    never = Decision(False, -1, (Limiter("key", False, 5, 0, 5_000, 60_000), Limiter("ip", False, 20, 0, -1, 0)), POLICY)
+    assert never.binding.name == "ip"  # -1 (never) is the longest wait
+    assert never.retry_after_s is None and "Retry-After" not in dict(never.headers())
+
+
+def test_empty_environment_variables_are_unset():
+    names = ["VALKEY_ADDR", "RL_PREFIX", "RL_KEY_BURST", "RL_KEY_RATE", "RL_KEY_PERIOD", "RL_IP_LIMIT",
+             "RL_IP_PERIOD", "RL_TRUSTED_PROXIES", "RL_FAILURE_MODE", "RL_TIMEOUT_MS"]
+    assert RateLimitConfig.from_env({n: "" for n in names}) == RateLimitConfig()
+    assert RateLimitConfig.from_env({n: "  " for n in names}) == RateLimitConfig()
+    assert RateLimitConfig.from_env({"RL_KEY_BURST": " 7 "}).key_burst == 7
+    with pytest.raises(ValueError):
+        RateLimitConfig.from_env({"RL_KEY_BURST": "0"})
+
+
+# ---- failure policy
+
+async def timed_get(c):
+    start = time.monotonic()
+    r = await c.get("/api/hello", headers=KEY)
+    elapsed = time.monotonic() - start
+    assert elapsed < BOUND_S, f"answered in {elapsed:.3f} s, bound {BOUND_S} s"
+    return r
+
+
 @pytest.mark.parametrize("target", ["dead_addr", "hung_addr", "stalled_addr"])
 @pytest.mark.parametrize("mode", ["open", "closed"])
 async def test_failure_policy(http, request, caplog, mode, target):
     """Nothing listens / the server accepts and hangs / it answers the handshake, then stops."""
     addr = request.getfixturevalue(target)
-    c = http(valkey_addr=addr, failure_mode=mode, timeout_ms=50)
+    c = http(valkey_addr=addr, failure_mode=mode, timeout_ms=TIMEOUT_MS)
     for _ in range(2):  # the second request shows a failed connection is not left hanging
-        start = time.monotonic()
-        r = await c.get("/api/hello", headers=KEY)
-        elapsed = time.monotonic() - start
-        assert elapsed < 0.5, f"answered in {elapsed:.3f} s"
+        r = await timed_get(c)
         assert "RateLimit" not in r.headers and "X-RateLimit-Remaining" not in r.headers
         if mode == "open":
             assert r.status_code == 200 and r.json() == {"message": "hello"}
@@ -161,6 +235,28 @@ async def test_failure_policy(http, request, caplog, mode, target):
     warnings = [rec for rec in caplog.records if rec.name == "rate_limit"]
     assert len(warnings) == 1, "one warning, then throttled"  # logged, not silent
     assert f"failing {mode}" in warnings[0].getMessage()
+
+
+async def test_a_stalled_connection_is_replaced(http, proxy):
+    """A Valkey that accepts and never answers, then answers (a new connection
+    reaches it); then the connection in use goes dead without being closed:
+    each time, after a failure within the bound, a later request is decided."""
+
+    async def until_decided() -> None:
+        deadline = time.monotonic() + 3
+        while "RateLimit" not in (await timed_get(c)).headers:
+            assert time.monotonic() < deadline, "no decision 3 s after Valkey came back"
+            await asyncio.sleep(0.05)
+
+    c = http(valkey_addr=proxy.addr, timeout_ms=TIMEOUT_MS)  # fails open
+    r = await timed_get(c)
+    assert r.status_code == 200 and "RateLimit" not in r.headers
+    proxy.mode = "forward"
+    await until_decided()
+    proxy.blackhole()
+    r = await timed_get(c)
+    assert r.status_code == 200 and "RateLimit" not in r.headers
+    await until_decided()
 
 
 def test_real_server_from_environment(valkey_addr, store, prefix):

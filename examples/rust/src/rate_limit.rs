@@ -1,7 +1,7 @@
 //! Rate limiting for axum with the valkey-ratelimit module's `RL.ALL`.
 //!
-//! Copy this file into your service. It needs `axum` 0.8, `redis` 1.x (features
-//! `tokio-comp`, `connection-manager`), `serde_json` and `tokio`:
+//! Copy this file into your service. It needs `axum` 0.8, `redis` 1.x (feature
+//! `tokio-comp`), `serde_json` and `tokio` (features `sync`, `time`):
 //!
 //! ```ignore
 //! let limiter = RateLimiter::new(RateLimitConfig::from_env()?)?;
@@ -28,8 +28,13 @@ use axum::{
     response::{IntoResponse, Response},
     Json,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ErrorKind, RedisError};
 use serde_json::json;
+
+/// Longer API keys are refused (`401`) before any Valkey call, so that one
+/// request cannot create a huge key.
+pub const MAX_API_KEY_BYTES: usize = 256;
 
 // ------------------------------------------------------------------ config
 
@@ -61,7 +66,7 @@ pub struct RateLimitConfig {
     /// Peers (IPs or CIDRs) whose `X-Forwarded-For` is believed: your proxies.
     pub trusted_proxies: Vec<IpNet>,
     pub failure_mode: FailureMode,
-    /// Connect timeout and command timeout, each.
+    /// Connect timeout and command timeout; a whole call is cut at `2 * timeout`.
     pub timeout: Duration,
 }
 
@@ -86,9 +91,15 @@ impl RateLimitConfig {
     /// The same knobs from `VALKEY_ADDR`, `RL_PREFIX`, `RL_KEY_BURST`,
     /// `RL_KEY_RATE`, `RL_KEY_PERIOD`, `RL_IP_LIMIT`, `RL_IP_PERIOD`,
     /// `RL_TRUSTED_PROXIES` (comma-separated IPs/CIDRs), `RL_FAILURE_MODE`
-    /// (`open`/`closed`) and `RL_TIMEOUT_MS`; unset ones keep their default.
+    /// (`open`/`closed`) and `RL_TIMEOUT_MS`; unset, empty or blank ones keep
+    /// their default.
     pub fn from_env() -> Result<Self, String> {
-        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`from_env`](Self::from_env) with the variables from `var`.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let env = |name: &str| var(name).filter(|v| !v.trim().is_empty());
         fn num(name: &str, value: Option<String>, default: u64) -> Result<u64, String> {
             match value {
                 None => Ok(default),
@@ -102,8 +113,8 @@ impl RateLimitConfig {
         }
         let d = RateLimitConfig::default();
         Ok(RateLimitConfig {
-            valkey_addr: env("VALKEY_ADDR").unwrap_or(d.valkey_addr),
-            prefix: env("RL_PREFIX").unwrap_or(d.prefix),
+            valkey_addr: env("VALKEY_ADDR").map_or(d.valkey_addr, |v| v.trim().to_owned()),
+            prefix: env("RL_PREFIX").map_or(d.prefix, |v| v.trim().to_owned()),
             key_burst: num("RL_KEY_BURST", env("RL_KEY_BURST"), d.key_burst)?,
             key_rate: num("RL_KEY_RATE", env("RL_KEY_RATE"), d.key_rate)?,
             key_period: num("RL_KEY_PERIOD", env("RL_KEY_PERIOD"), d.key_period)?,
@@ -113,7 +124,7 @@ impl RateLimitConfig {
                 Some(list) => IpNet::parse_list(&list)?,
                 None => Vec::new(),
             },
-            failure_mode: match env("RL_FAILURE_MODE").as_deref() {
+            failure_mode: match env("RL_FAILURE_MODE").as_deref().map(str::trim) {
                 None | Some("open") => FailureMode::Open,
                 Some("closed") => FailureMode::Closed,
                 Some(other) => {
@@ -314,13 +325,74 @@ impl std::fmt::Display for LimiterError {
 // ------------------------------------------------------------------ the limiter
 
 /// The Valkey side. Cheap to clone: all clones share one multiplexed
-/// connection, opened by the first request and reopened after a failure.
+/// connection, opened by the first request and dropped after a timeout or a
+/// lost connection, so that the next request opens a new one.
 #[derive(Clone)]
 pub struct RateLimiter {
     config: Arc<RateLimitConfig>,
     policy: HeaderValue,
-    conn: ConnectionManager,
+    valkey: Arc<Valkey>,
     warnings: Arc<Mutex<Warnings>>,
+}
+
+/// The shared connection. (redis-rs's `ConnectionManager` is not used: it
+/// keeps a connection on which a command timed out, and one that stopped
+/// answering would then fail every request.)
+struct Valkey {
+    client: redis::Client,
+    options: AsyncConnectionConfig,
+    slot: Mutex<Slot>,
+    /// One connection attempt at a time; the others wait for it.
+    connecting: tokio::sync::Mutex<()>,
+}
+
+struct Slot {
+    generation: u64,
+    conn: Option<MultiplexedConnection>,
+}
+
+impl Valkey {
+    fn current(&self) -> Option<(u64, MultiplexedConnection)> {
+        let slot = self.slot.lock().unwrap();
+        slot.conn.clone().map(|c| (slot.generation, c))
+    }
+
+    /// The shared connection, opened if there is none.
+    async fn connection(&self) -> Result<(u64, MultiplexedConnection), RedisError> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let _gate = self.connecting.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c); // opened while we waited
+        }
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.options)
+            .await?;
+        let mut slot = self.slot.lock().unwrap();
+        slot.generation += 1;
+        slot.conn = Some(conn.clone());
+        Ok((slot.generation, conn))
+    }
+
+    /// Drops the connection `generation` (unless it was already replaced).
+    fn discard(&self, generation: u64) {
+        let mut slot = self.slot.lock().unwrap();
+        if slot.generation == generation {
+            slot.conn = None;
+        }
+    }
+}
+
+/// An error after which the connection still works: a reply came (an error
+/// reply, or one of an unexpected shape). Any other (a timeout, a lost
+/// connection) drops it.
+fn connection_is_fine(e: &RedisError) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Server(_) | ErrorKind::Extension | ErrorKind::UnexpectedReturnType
+    )
 }
 
 struct Warnings {
@@ -339,16 +411,21 @@ impl RateLimiter {
         // part of a request. No retries (a retry would double what a down
         // Valkey costs); a request that finds the connection broken fails now
         // and the next one connects anew. Commands are never queued for later.
-        let manager = ConnectionManagerConfig::new()
+        let options = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(config.timeout))
-            .set_response_timeout(Some(config.timeout))
-            .set_number_of_retries(0);
-        let conn =
-            ConnectionManager::new_lazy_with_config(client, manager).map_err(|e| e.to_string())?;
+            .set_response_timeout(Some(config.timeout));
         Ok(RateLimiter {
             policy: HeaderValue::try_from(config.policy_header()).expect("ASCII"),
             config: Arc::new(config),
-            conn,
+            valkey: Arc::new(Valkey {
+                client,
+                options,
+                slot: Mutex::new(Slot {
+                    generation: 0,
+                    conn: None,
+                }),
+                connecting: tokio::sync::Mutex::new(()),
+            }),
             warnings: Arc::new(Mutex::new(Warnings {
                 last: None,
                 failures: 0,
@@ -383,14 +460,29 @@ impl RateLimiter {
             .arg(format!("{}s", c.ip_period))
             .arg("SLIDING");
 
-        // The client's timeouts bound each step; this bounds the whole call
-        // (a reconnect, then the command) whatever happens inside.
-        let mut conn = self.conn.clone();
+        // The client's timeouts bound each step; this deadline bounds the
+        // whole call (connecting, then the command) whatever happens inside.
+        let deadline = tokio::time::Instant::now() + 2 * c.timeout;
+        let (generation, mut conn) = tokio::time::timeout_at(deadline, self.valkey.connection())
+            .await
+            .map_err(|_| LimiterError::Timeout)?
+            .map_err(LimiterError::Valkey)?;
         let reply: (i64, i64, Vec<Vec<i64>>) =
-            tokio::time::timeout(2 * c.timeout, cmd.query_async(&mut conn))
-                .await
-                .map_err(|_| LimiterError::Timeout)?
-                .map_err(LimiterError::Valkey)?;
+            match tokio::time::timeout_at(deadline, cmd.query_async(&mut conn)).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(e)) => {
+                    if !connection_is_fine(&e) {
+                        self.valkey.discard(generation);
+                    }
+                    return Err(LimiterError::Valkey(e));
+                }
+                Err(_) => {
+                    // It may never answer again (a server gone behind a
+                    // dead route): the next request connects anew.
+                    self.valkey.discard(generation);
+                    return Err(LimiterError::Timeout);
+                }
+            };
         parse_reply(reply)
     }
 
@@ -469,13 +561,20 @@ pub async fn rate_limit(
     next: Next,
 ) -> Response {
     // Who: the API key (a production service would rather hash it, or use the
-    // account it authenticates to) and the client IP.
+    // account it authenticates to) and the client IP. Of a repeated
+    // X-API-Key, the first (`HeaderMap::get`).
     let api_key = match request
         .headers()
         .get("x-api-key")
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
     {
+        Some(k) if k.len() > MAX_API_KEY_BYTES => {
+            return json_response(
+                StatusCode::UNAUTHORIZED,
+                json!({"error": "API key too long"}),
+            )
+        }
         Some(k) if !k.is_empty() => k.to_owned(),
         _ => {
             return json_response(
@@ -513,23 +612,19 @@ pub async fn rate_limit(
     let mut response = if decision.allowed {
         next.run(request).await
     } else {
-        let retry = decision.retry_after_s();
-        let mut r = json_response(
+        json_response(
             StatusCode::TOO_MANY_REQUESTS,
-            json!({"error": "rate limited", "retry_after": retry}),
-        );
-        if let Some(s) = retry {
-            r.headers_mut().insert("retry-after", HeaderValue::from(s));
-        }
-        r
+            json!({"error": "rate limited", "retry_after": decision.retry_after_s()}),
+        )
     };
     set_headers(response.headers_mut(), &limiter.policy, &decision);
     response
 }
 
-/// The rate-limit headers of a decision (draft-ietf-httpapi-ratelimit-headers-09,
-/// plus the older `X-RateLimit-*`), on 200 and 429 alike.
-fn set_headers(h: &mut HeaderMap, policy: &HeaderValue, decision: &Decision) {
+/// The rate-limit headers of a decision (draft-ietf-httpapi-ratelimit-headers,
+/// -07 and later, plus the older `X-RateLimit-*`), on 200 and 429 alike, and
+/// `Retry-After` on a 429. `policy` is [`RateLimitConfig::policy_header`].
+pub fn set_headers(h: &mut HeaderMap, policy: &HeaderValue, decision: &Decision) {
     let b = decision.binding();
     let reset = ceil_seconds(b.reset_after_ms);
     let value = |s: String| HeaderValue::try_from(s).expect("ASCII");
@@ -550,6 +645,9 @@ fn set_headers(h: &mut HeaderMap, policy: &HeaderValue, decision: &Decision) {
         HeaderName::from_static("x-ratelimit-reset"),
         HeaderValue::from(reset),
     );
+    if let Some(s) = decision.retry_after_s().filter(|_| !decision.allowed) {
+        h.insert(HeaderName::from_static("retry-after"), HeaderValue::from(s));
+    }
 }
 
 fn json_response(status: StatusCode, body: serde_json::Value) -> Response {

@@ -8,21 +8,30 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Request, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Request, StatusCode};
 use axum::Router;
 use http_body_util::BodyExt;
 use ratelimit_axum::app;
-use ratelimit_axum::rate_limit::{client_ip, FailureMode, IpNet, RateLimitConfig, RateLimiter};
+use ratelimit_axum::rate_limit::{
+    client_ip, set_headers, Decision, FailureMode, IpNet, Limiter, RateLimitConfig, RateLimiter,
+};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
 // ------------------------------------------------------------------ fixtures
+
+/// The failure tests' timeout, and the bound on every answer while Valkey
+/// fails: the whole call is cut at 2 * timeout; the margin is for the machine.
+const FAILURE_TIMEOUT: Duration = Duration::from_millis(50);
+const FAILURE_BOUND: Duration = Duration::from_millis(2 * 50 + 150);
 
 fn valkey_addr() -> String {
     std::env::var("RL_TEST_VALKEY_ADDR")
@@ -250,6 +259,32 @@ async fn api_keys_are_limited_separately() {
 }
 
 #[tokio::test]
+async fn api_key_longer_than_256_bytes_is_401() {
+    let p = prefix();
+    let c = client(config(&p));
+    let long = "k".repeat(256);
+    assert_eq!(c.hello(&long).await.status, StatusCode::OK);
+    let r = c.hello(&format!("{long}k")).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(r.body, json!({"error": "API key too long"}));
+    assert!(!r.has("ratelimit"));
+    assert!(exists(&format!("{p}:key:{long}")));
+    assert!(!exists(&format!("{p}:key:{long}k")));
+}
+
+#[tokio::test]
+async fn repeated_api_key_header_uses_the_first() {
+    let p = prefix();
+    let c = client(config(&p));
+    let r = c
+        .get("/api/hello", &[("x-api-key", "k1"), ("x-api-key", "k2")])
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert!(exists(&format!("{p}:key:k1")));
+    assert!(!exists(&format!("{p}:key:k1,k2")) && !exists(&format!("{p}:key:k1, k2")));
+}
+
+#[tokio::test]
 async fn missing_api_key_is_401() {
     let c = client(config(&prefix()));
     for headers in [&[][..], &[("x-api-key", "")][..]] {
@@ -369,7 +404,278 @@ fn bad_config_is_refused() {
     );
 }
 
+#[test]
+fn empty_environment_variables_are_unset() {
+    let d = RateLimitConfig::default();
+    for blank in ["", "  "] {
+        let c = RateLimitConfig::from_vars(|_| Some(blank.to_owned())).unwrap();
+        assert_eq!(
+            (
+                c.valkey_addr,
+                c.prefix,
+                c.key_burst,
+                c.key_rate,
+                c.key_period
+            ),
+            (
+                d.valkey_addr.clone(),
+                d.prefix.clone(),
+                d.key_burst,
+                d.key_rate,
+                d.key_period
+            )
+        );
+        assert_eq!(
+            (
+                c.ip_limit,
+                c.ip_period,
+                c.trusted_proxies,
+                c.failure_mode,
+                c.timeout
+            ),
+            (
+                d.ip_limit,
+                d.ip_period,
+                d.trusted_proxies.clone(),
+                d.failure_mode,
+                d.timeout
+            )
+        );
+    }
+    let c = RateLimitConfig::from_vars(|n| (n == "RL_KEY_BURST").then(|| " 7 ".into())).unwrap();
+    assert_eq!(c.key_burst, 7);
+}
+
+// ------------------------------------------------------------------ header values of made-up replies (no server)
+
+const POLICY: &str = r#""key";q=5;w=60, "ip";q=20;w=60"#;
+
+fn limiter(
+    name: &'static str,
+    allowed: bool,
+    limit: i64,
+    remaining: i64,
+    retry: i64,
+    reset: i64,
+) -> Limiter {
+    Limiter {
+        name,
+        allowed,
+        limit,
+        remaining,
+        retry_after_ms: retry,
+        reset_after_ms: reset,
+    }
+}
+
+/// A 429 decided by the key's limiter (0 left), the IP's with room.
+fn denied(retry_after_ms: i64, reset_after_ms: i64) -> Decision {
+    Decision {
+        allowed: false,
+        retry_after_ms,
+        limiters: vec![
+            limiter("key", false, 5, 0, retry_after_ms, reset_after_ms),
+            limiter("ip", true, 20, 10, 0, 30_000),
+        ],
+    }
+}
+
+fn headers_of(d: &Decision) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    set_headers(&mut h, &HeaderValue::from_static(POLICY), d);
+    h
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).map(|v| v.to_str().unwrap())
+}
+
+#[test]
+fn retry_after_is_rounded_up() {
+    for (ms, want) in [
+        (1, "1"),
+        (999, "1"),
+        (1000, "1"),
+        (1001, "2"),
+        (11950, "12"),
+    ] {
+        assert_eq!(
+            header(&headers_of(&denied(ms, 60_000)), "retry-after"),
+            Some(want),
+            "{ms} ms"
+        );
+        // The 429 body's retry_after.
+        assert_eq!(
+            denied(ms, 60_000)
+                .retry_after_s()
+                .map(|s| s.to_string())
+                .as_deref(),
+            Some(want)
+        );
+    }
+}
+
+#[test]
+fn reset_is_rounded_up() {
+    for (ms, want) in [(0, "0"), (1, "1"), (1000, "1"), (59001, "60")] {
+        let h = headers_of(&denied(1000, ms));
+        assert_eq!(
+            header(&h, "ratelimit"),
+            Some(format!(r#""key";r=0;t={want}"#).as_str()),
+            "{ms} ms"
+        );
+        assert_eq!(header(&h, "x-ratelimit-reset"), Some(want), "{ms} ms");
+    }
+}
+
+#[test]
+fn headers_of_a_decision() {
+    let ok = Decision {
+        allowed: true,
+        retry_after_ms: 0,
+        limiters: vec![
+            limiter("key", true, 5, 3, 0, 24_000),
+            limiter("ip", true, 20, 3, 0, 59_001),
+        ],
+    };
+    let h = headers_of(&ok);
+    // A tie on remaining and wait: the longer reset, the IP's, is reported.
+    assert_eq!(header(&h, "ratelimit-policy"), Some(POLICY));
+    assert_eq!(header(&h, "ratelimit"), Some(r#""ip";r=3;t=60"#));
+    assert_eq!(header(&h, "x-ratelimit-limit"), Some("20"));
+    assert_eq!(header(&h, "x-ratelimit-remaining"), Some("3"));
+    assert_eq!(header(&h, "x-ratelimit-reset"), Some("60"));
+    assert_eq!(header(&h, "retry-after"), None);
+    let never = Decision {
+        allowed: false,
+        retry_after_ms: -1,
+        limiters: vec![
+            limiter("key", false, 5, 0, 5000, 60_000),
+            limiter("ip", false, 20, 0, -1, 0),
+        ],
+    };
+    let h = headers_of(&never);
+    assert_eq!(header(&h, "ratelimit"), Some(r#""ip";r=0;t=0"#)); // -1 (never) is the longest wait
+    assert_eq!(header(&h, "retry-after"), None);
+}
+
 // ------------------------------------------------------------------ failure policy
+
+/// A TCP proxy in front of the real Valkey, to play one that stalls. New
+/// connections are forwarded to the real server (`forward`) or accepted and
+/// never answered; `blackhole` makes every connection open so far stop
+/// forwarding, both ways, without closing it: a Valkey gone behind a dead
+/// route, or a connection a failover left behind.
+struct Proxy {
+    addr: String,
+    forward: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<(Vec<TcpStream>, Arc<AtomicBool>)>>>,
+}
+
+impl Proxy {
+    fn new() -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = Proxy {
+            addr: listener.local_addr().unwrap().to_string(),
+            forward: Arc::default(),
+            conns: Arc::default(),
+        };
+        let (forward, conns, target) = (p.forward.clone(), p.conns.clone(), valkey_addr());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let live = Arc::new(AtomicBool::new(true));
+                let mut socks = vec![client.try_clone().unwrap()];
+                if forward.load(Ordering::SeqCst) {
+                    let upstream = TcpStream::connect(&target).unwrap();
+                    socks.push(upstream.try_clone().unwrap());
+                    Self::pump(
+                        client.try_clone().unwrap(),
+                        upstream.try_clone().unwrap(),
+                        &live,
+                    );
+                    Self::pump(upstream, client, &live);
+                }
+                conns.lock().unwrap().push((socks, live));
+            }
+        });
+        p
+    }
+
+    fn pump(mut src: TcpStream, mut dst: TcpStream, live: &Arc<AtomicBool>) {
+        let live = live.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 65536];
+            while let Ok(n @ 1..) = src.read(&mut buf) {
+                if live.load(Ordering::SeqCst) {
+                    let _ = dst.write_all(&buf[..n]); // else swallowed: black-holed
+                }
+            }
+        });
+    }
+
+    fn blackhole(&self) {
+        for (_, live) in self.conns.lock().unwrap().iter() {
+            live.store(false, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        for (socks, _) in self.conns.lock().unwrap().iter() {
+            for s in socks {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+impl Client {
+    /// GET /api/hello, which must be answered within FAILURE_BOUND.
+    async fn timed_hello(&self) -> Answer {
+        let start = Instant::now();
+        let r = self.hello("key-a").await;
+        let took = start.elapsed();
+        assert!(
+            took < FAILURE_BOUND,
+            "answered in {took:?}, bound {FAILURE_BOUND:?}"
+        );
+        r
+    }
+
+    async fn until_decided(&self) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !self.timed_hello().await.has("ratelimit") {
+            assert!(
+                Instant::now() < deadline,
+                "no decision 3 s after Valkey came back"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// A Valkey that accepts and never answers, then answers (a new connection
+/// reaches it); then the connection in use goes dead without being closed.
+/// Each time, after a failure within the bound, a later request is decided.
+#[tokio::test]
+async fn stalled_connection_is_replaced() {
+    let proxy = Proxy::new();
+    let c = client(RateLimitConfig {
+        valkey_addr: proxy.addr.clone(),
+        timeout: FAILURE_TIMEOUT,
+        ..config(&prefix())
+    }); // fails open
+    let r = c.timed_hello().await;
+    assert!(r.status == StatusCode::OK && !r.has("ratelimit"));
+    proxy.forward.store(true, Ordering::SeqCst);
+    c.until_decided().await;
+    proxy.blackhole();
+    let r = c.timed_hello().await;
+    assert!(r.status == StatusCode::OK && !r.has("ratelimit"));
+    c.until_decided().await;
+}
 
 /// A loopback port nothing listens on.
 fn dead_addr() -> (String, Option<TcpListener>) {
@@ -396,7 +702,7 @@ async fn failure_policy() {
             let c = client(RateLimitConfig {
                 valkey_addr: addr,
                 failure_mode: mode,
-                timeout: Duration::from_millis(50),
+                timeout: FAILURE_TIMEOUT,
                 ..config(&prefix())
             });
             // The second request shows that a failed connection is not left hanging.
@@ -406,8 +712,8 @@ async fn failure_policy() {
                 let took = start.elapsed();
                 let what = format!("{target} {mode:?} #{attempt}");
                 assert!(
-                    took < Duration::from_millis(500),
-                    "{what}: answered in {took:?}"
+                    took < FAILURE_BOUND,
+                    "{what}: answered in {took:?}, bound {FAILURE_BOUND:?}"
                 );
                 assert!(
                     !r.has("ratelimit") && !r.has("x-ratelimit-remaining"),
