@@ -113,6 +113,14 @@ profile: build
 test-examples: build
 	@bash examples/run-tests.sh
 
+# Shell: sets $$py to a python3 with matplotlib (installed from PyPI into
+# target/bench-venv on first use), or to plain python3 when that fails.
+WITH_MATPLOTLIB = py=python3; \
+	if [ -x target/bench-venv/bin/python ] || python3 -m venv target/bench-venv >/dev/null 2>&1; then \
+	  if target/bench-venv/bin/python -c 'import matplotlib' 2>/dev/null || \
+	     target/bench-venv/bin/python -m pip install --quiet matplotlib; then py=target/bench-venv/bin/python; fi; \
+	fi
+
 # make demo: one traffic pattern (steady, a burst straddling a window boundary,
 # a client hammering, idle) through every algorithm at the same limit, on its
 # own valkey-server; about 15 s. Prints allowed/denied per algorithm and phase
@@ -120,11 +128,7 @@ test-examples: build
 # matplotlib, installed into target/bench-venv as for bench; without it, the
 # summary only.
 demo: build
-	@py=python3; \
-	if [ -x target/bench-venv/bin/python ] || python3 -m venv target/bench-venv >/dev/null 2>&1; then \
-	  if target/bench-venv/bin/python -c 'import matplotlib' 2>/dev/null || \
-	     target/bench-venv/bin/python -m pip install --quiet matplotlib; then py=target/bench-venv/bin/python; fi; \
-	fi; \
+	@$(WITH_MATPLOTLIB); \
 	$$py scripts/demo.py
 
 # make dist: target/dist/valkey-ratelimit-<version>-<os>-<arch>.tar.gz and its
@@ -137,11 +141,7 @@ dist: build
 # Benchmarks: see bench/bench.py. The chart needs matplotlib, installed from
 # PyPI into target/bench-venv on first use; without it the table is still made.
 bench: build
-	@py=python3; \
-	if [ -x target/bench-venv/bin/python ] || python3 -m venv target/bench-venv >/dev/null 2>&1; then \
-	  if target/bench-venv/bin/python -c 'import matplotlib' 2>/dev/null || \
-	     target/bench-venv/bin/python -m pip install --quiet matplotlib; then py=target/bench-venv/bin/python; fi; \
-	fi; \
+	@$(WITH_MATPLOTLIB); \
 	[ "$$py" = python3 ] && echo "bench: matplotlib unavailable, the chart is skipped"; \
 	$$py bench/bench.py
 
