@@ -48,16 +48,26 @@ class Client:
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.buf = b""
 
-    def send(self, *args):
+    @staticmethod
+    def encode(args):
         out = [b"*%d\r\n" % len(args)]
         for a in args:
             a = a if isinstance(a, bytes) else str(a).encode()
             out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.sock.sendall(b"".join(out))
+        return b"".join(out)
+
+    def send(self, *args):
+        self.sock.sendall(self.encode(args))
+
+    def _fill(self):
+        data = self.sock.recv(65536)
+        if not data:
+            raise ConnectionError("valkey-server closed the connection")
+        self.buf += data
 
     def _line(self):
         while b"\r\n" not in self.buf:
-            self.buf += self.sock.recv(65536)
+            self._fill()
         line, self.buf = self.buf.split(b"\r\n", 1)
         return line
 
@@ -75,11 +85,12 @@ class Client:
             if n < 0:
                 return None
             while len(self.buf) < n + 2:
-                self.buf += self.sock.recv(65536)
+                self._fill()
             data, self.buf = self.buf[:n], self.buf[n + 2:]
             return data
         if kind == b"*":
-            return [self.read() for _ in range(int(rest))]
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
         raise RuntimeError(f"unexpected reply {line!r}")
 
     def call(self, *args):

@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from bench import Client as BenchClient  # noqa: E402
 MODULE = Path(os.environ.get("RL_MODULE", ROOT / "target/release/libvalkey_ratelimit.so"))
 SERVER = os.environ.get("VALKEY_SERVER") or shutil.which("valkey-server") or "valkey-server"
 OUT = ROOT / "target/demo"
@@ -88,55 +90,13 @@ def die_with_parent():
         pass
 
 
-class Client:
-    """A minimal RESP2 client: commands, pipelines, nested array replies."""
+class Client(BenchClient):
+    """bench.py's RESP2 client, with Nagle off and a pipeline that returns
+    every reply."""
 
     def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port))
+        super().__init__(port)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.buf = b""
-
-    @staticmethod
-    def encode(args):
-        out = [b"*%d\r\n" % len(args)]
-        for a in args:
-            a = a if isinstance(a, bytes) else str(a).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        return b"".join(out)
-
-    def _fill(self):
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionError("valkey-server closed the connection")
-        self.buf += data
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            self._fill()
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def read(self):
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            while len(self.buf) < n + 2:
-                self._fill()
-            data, self.buf = self.buf[:n], self.buf[n + 2:]
-            return data
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.read() for _ in range(n)]
-        raise RuntimeError(f"unexpected reply {line!r}")
 
     def pipeline(self, commands):
         self.sock.sendall(b"".join(self.encode(c) for c in commands))
