@@ -2,6 +2,7 @@
 //! every error names the argument it is about.
 
 use crate::core::gcra::{GcraParams, Interval, ParamError};
+use crate::core::lease::{LeaseId, LeaseParams, MAX_LEASE_LIMIT};
 use crate::core::policy::{Policy, Request};
 use crate::core::sliding_log::LogParams;
 use crate::core::token_bucket::TokenBucketParams;
@@ -29,6 +30,9 @@ pub struct ArgError(pub String);
 
 const COUNT_RANGE: &str = "an integer from 1 to 1000000000000000";
 const COST_RANGE: &str = "an integer from 0 to 1000000000000000";
+const BLOCK_RANGE: &str =
+    "0 (no timeout) or a duration from 1ms to 3650d (a bare integer is seconds)";
+const LEASE_LIMIT_RANGE: &str = "an integer from 1 to 100000";
 const DURATION_RANGE: &str = "a duration from 1ms to 3650d: an integer with an optional unit ms, s, m, h or d (a bare integer is seconds)";
 
 fn must_be(name: &str, what: &str) -> ArgError {
@@ -101,6 +105,9 @@ pub struct Options {
     pub lockout: Option<Millis>,
     /// BRIEF: reply one integer (0 allowed, else the wait in ms, -1 never).
     pub brief: bool,
+    /// BLOCK timeout: wait for the permit up to this long instead of being
+    /// denied; `Millis::ZERO` waits with no timeout (as XREAD BLOCK 0).
+    pub block: Option<Millis>,
 }
 
 impl Options {
@@ -149,6 +156,19 @@ fn options(
             i += 2;
             continue;
         }
+        if is("BLOCK") {
+            if options.block.is_some() {
+                return Err(repeated("BLOCK"));
+            }
+            let text = value_of("BLOCK", BLOCK_RANGE)?;
+            options.block = Some(if text == b"0" {
+                Millis::ZERO
+            } else {
+                parse_duration(text).ok_or_else(|| must_be("BLOCK", BLOCK_RANGE))?
+            });
+            i += 2;
+            continue;
+        }
         if is("LOCKOUT") {
             if options.lockout.is_some() {
                 return Err(repeated("LOCKOUT"));
@@ -179,8 +199,8 @@ fn options(
             options.flag = true;
         } else {
             let known = match flag {
-                Some(f) => format!("{f}, COST, DRYRUN, PARTIAL, LOCKOUT or BRIEF"),
-                None => "COST, DRYRUN, PARTIAL, LOCKOUT or BRIEF".to_string(),
+                Some(f) => format!("{f}, COST, DRYRUN, PARTIAL, LOCKOUT, BRIEF or BLOCK"),
+                None => "COST, DRYRUN, PARTIAL, LOCKOUT, BRIEF or BLOCK".to_string(),
             };
             return Err(ArgError(format!(
                 "ERR unknown option '{}' (expected {known})",
@@ -192,6 +212,12 @@ fn options(
     if options.brief && options.partial {
         return Err(ArgError(
             "ERR BRIEF and PARTIAL cannot be combined (BRIEF replies one integer, without granted)"
+                .into(),
+        ));
+    }
+    if options.block.is_some() && (options.partial || options.lockout.is_some()) {
+        return Err(ArgError(
+            "ERR BLOCK cannot be combined with PARTIAL or LOCKOUT (a waiting request is granted whole, and is never denied while it waits)"
                 .into(),
         ));
     }
@@ -250,7 +276,51 @@ pub fn sliding_log(args: &(impl Args + ?Sized)) -> Result<(LogParams, Options), 
         limit: count(args.get(0), "limit")?,
         period: duration(args.get(1), "period")?,
     };
-    Ok((params, options(args, 2, Some("COUNTDENIED"))?))
+    let options = options(args, 2, Some("COUNTDENIED"))?;
+    if options.flag && options.block.is_some() {
+        return Err(ArgError(
+            "ERR BLOCK cannot be combined with COUNTDENIED (a waiting request is not denied, so there is nothing to count)"
+                .into(),
+        ));
+    }
+    Ok((params, options))
+}
+
+/// `limit ttl [COST n] [DRYRUN] [BLOCK timeout]` (RL.LEASE).
+pub fn lease(args: &(impl Args + ?Sized)) -> Result<(LeaseParams, Options), ArgError> {
+    need(
+        args,
+        2,
+        "RL.LEASE key limit ttl [COST n] [DRYRUN] [BLOCK timeout]",
+    )?;
+    let params = LeaseParams {
+        limit: parse_u64(args.get(0))
+            .filter(|n| (1..=MAX_LEASE_LIMIT).contains(n))
+            .ok_or_else(|| must_be("limit", LEASE_LIMIT_RANGE))?,
+        ttl: duration(args.get(1), "ttl")?,
+    };
+    let options = options(args, 2, None)?;
+    if options.partial || options.lockout.is_some() || options.brief {
+        return Err(ArgError(
+            "ERR RL.LEASE takes only COST, DRYRUN and BLOCK (PARTIAL, LOCKOUT and BRIEF do not apply to leases)"
+                .into(),
+        ));
+    }
+    if options.cost > MAX_LEASE_LIMIT {
+        return Err(must_be("COST", "an integer from 0 to 100000 for a lease"));
+    }
+    Ok((params, options))
+}
+
+/// `lease_id` of RL.RELEASE and RL.EXTEND.
+pub fn lease_id(text: &[u8]) -> Result<LeaseId, ArgError> {
+    LeaseId::from_hex(text)
+        .ok_or_else(|| must_be("lease_id", "16 hexadecimal digits, as RL.LEASE returned it"))
+}
+
+/// `ttl` of RL.EXTEND.
+pub fn lease_ttl(text: &[u8]) -> Result<Millis, ArgError> {
+    duration(text, "ttl")
 }
 
 fn gcra_params(params: GcraParams, burst_name: &str) -> Result<GcraParams, ArgError> {
@@ -415,7 +485,14 @@ pub fn all(
             policies.len() + 1
         )));
     }
-    Ok((numkeys, policies, options(args, i, None)?))
+    let options = options(args, i, None)?;
+    if options.block.is_some() {
+        return Err(ArgError(
+            "ERR RL.ALL does not take BLOCK (waiting is for one limiter: RL.TOKENBUCKET, RL.GCRA, RL.WINDOW, RL.SLIDINGLOG, RL.LEASE)"
+                .into(),
+        ));
+    }
+    Ok((numkeys, policies, options))
 }
 
 #[cfg(test)]

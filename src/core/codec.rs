@@ -6,9 +6,11 @@
 //! Layout: a format version byte, a kind byte, then little-endian u64 fields;
 //! a sliding log has its entry count, then its entries as (gap, count) varint
 //! pairs, the first gap counted from time 0; a GCRA limiter has its interval
-//! rule (0 exact, 1 redis-cell) and its TAT in nanoseconds as two words.
+//! rule (0 exact, 1 redis-cell) and its TAT in nanoseconds as two words; a
+//! lease limiter has its lease count, then (id, expiry, cost) per lease.
 
 use super::gcra::{Gcra, GcraParams, Interval};
+use super::lease::{Lease, LeaseChange, LeaseId, Leases, MAX_LEASE_LIMIT};
 use super::limiter::{Algorithm, Effect, Limiter, Locked};
 use super::sliding_log::{LogParams, LogRecord, SlidingLog};
 use super::time::Nanos;
@@ -19,6 +21,9 @@ use super::{varint, Millis, MAX_COUNT, MAX_PERIOD, MAX_TIME, MIN_PERIOD};
 pub const FORMAT_VERSION: u8 = 1;
 const LOG_RECORD: u8 = 0x80;
 const LOG_REFUND: u8 = 0x81;
+const LEASE_GRANT: u8 = 0x82;
+const LEASE_RELEASE: u8 = 0x83;
+const LEASE_EXTEND: u8 = 0x84;
 /// A locked limiter: `until`, then the inner limiter's own encoding.
 const LOCKED: u8 = 6;
 
@@ -57,6 +62,10 @@ impl Reader<'_> {
 
     fn time(&mut self) -> Option<Millis> {
         self.u64().map(Millis).filter(|t| *t <= MAX_TIME)
+    }
+
+    fn lease_count(&mut self) -> Option<u64> {
+        self.u64().filter(|n| (1..=MAX_LEASE_LIMIT).contains(n))
     }
 
     fn varint(&mut self) -> Option<u64> {
@@ -116,6 +125,16 @@ pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
             let tat = gcra.tat().0;
             put(out, (tat >> 64) as u64);
             put(out, tat as u64);
+        }
+        Limiter::Lease(leases) => {
+            put(out, leases.limit);
+            put(out, leases.last_update().0);
+            put(out, leases.held().len() as u64);
+            for lease in leases.held() {
+                put(out, lease.id.0);
+                put(out, lease.expires_at.0);
+                put(out, lease.cost);
+            }
         }
         Limiter::Locked(_) => {}
     }
@@ -200,10 +219,25 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
             let tat = (u128::from(r.u64()?) << 64) | u128::from(r.u64()?);
             Limiter::Gcra(Gcra::restored(params, Nanos(tat))?)
         }
+        k if k == Algorithm::Lease as u8 => {
+            let limit = r.lease_count()?;
+            let last = r.time()?;
+            let count = r.u64().filter(|n| *n <= MAX_LEASE_LIMIT)?;
+            let mut held = Vec::new();
+            for _ in 0..count {
+                held.push(Lease {
+                    id: LeaseId(r.u64()?),
+                    expires_at: r.time()?,
+                    cost: r.lease_count()?,
+                });
+            }
+            Limiter::Lease(Box::new(Leases::restored(limit, last, held)?))
+        }
         LOCKED => {
             let until = r.time()?;
             let inner = decode_limiter(bytes.get(r.pos..)?)?;
-            if matches!(inner, Limiter::Locked(_)) {
+            // Nothing locks a lease limiter (RL.LEASE takes no LOCKOUT).
+            if matches!(inner, Limiter::Locked(_) | Limiter::Lease(_)) {
                 return None;
             }
             return Some(Limiter::Locked(Box::new(Locked { until, inner })));
@@ -230,12 +264,34 @@ pub fn encode_effect(effect: &Effect, out: &mut Vec<u8>) {
             put(out, at.0);
             put(out, *amount);
         }
+        Effect::Lease(change) => {
+            out.push(FORMAT_VERSION);
+            match *change {
+                LeaseChange::Grant { limit, at, lease } => {
+                    out.push(LEASE_GRANT);
+                    for word in [limit, at.0, lease.id.0, lease.expires_at.0, lease.cost] {
+                        put(out, word);
+                    }
+                }
+                LeaseChange::Release { at, id } => {
+                    out.push(LEASE_RELEASE);
+                    put(out, at.0);
+                    put(out, id.0);
+                }
+                LeaseChange::Extend { at, id, expires_at } => {
+                    out.push(LEASE_EXTEND);
+                    put(out, at.0);
+                    put(out, id.0);
+                    put(out, expires_at.0);
+                }
+            }
+        }
     }
 }
 
 pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
     let kind = *bytes.get(1)?;
-    if kind != LOG_RECORD && kind != LOG_REFUND {
+    if !(LOG_RECORD..=LEASE_EXTEND).contains(&kind) {
         return decode_limiter(bytes).map(Effect::Replace);
     }
     let mut r = Reader { bytes, pos: 0 };
@@ -243,7 +299,28 @@ pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
         return None;
     }
     r.u8()?;
-    let effect = if kind == LOG_RECORD {
+    let effect = if kind >= LEASE_GRANT {
+        Effect::Lease(match kind {
+            LEASE_GRANT => LeaseChange::Grant {
+                limit: r.lease_count()?,
+                at: r.time()?,
+                lease: Lease {
+                    id: LeaseId(r.u64()?),
+                    expires_at: r.time()?,
+                    cost: r.lease_count()?,
+                },
+            },
+            LEASE_RELEASE => LeaseChange::Release {
+                at: r.time()?,
+                id: LeaseId(r.u64()?),
+            },
+            _ => LeaseChange::Extend {
+                at: r.time()?,
+                id: LeaseId(r.u64()?),
+                expires_at: r.time()?,
+            },
+        })
+    } else if kind == LOG_RECORD {
         Effect::LogRecord(LogRecord {
             params: LogParams {
                 limit: r.count()?,

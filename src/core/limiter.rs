@@ -3,6 +3,7 @@
 //! needs no clock and no decision, so every copy reaches the same state.
 
 use super::gcra::{self, Gcra};
+use super::lease::{self, LeaseChange, LeaseParams, Leases};
 use super::sliding_log::{self, LogRecord, SlidingLog};
 use super::token_bucket::{self, TokenBucket};
 use super::window::{self, Window};
@@ -15,6 +16,8 @@ pub enum Limiter {
     SlidingWindow(Window),
     SlidingLog(Box<SlidingLog>),
     Gcra(Gcra),
+    /// Boxed: its leases live on the heap anyway.
+    Lease(Box<Leases>),
     /// A limiter locked out (penalty box) until a time: every request is
     /// denied until then, whatever the limiter holds. Boxed: locks are rare,
     /// and the other limiters keep their 48 bytes.
@@ -36,6 +39,8 @@ pub enum Algorithm {
     SlidingWindow = 3,
     SlidingLog = 4,
     Gcra = 5,
+    /// 6 is taken by the codec's lock marker.
+    Lease = 7,
 }
 
 impl Algorithm {
@@ -46,6 +51,7 @@ impl Algorithm {
             Algorithm::SlidingWindow => "a sliding window counter (RL.WINDOW ... SLIDING)",
             Algorithm::SlidingLog => "a sliding log (RL.SLIDINGLOG)",
             Algorithm::Gcra => "a GCRA limiter (RL.GCRA, RL.THROTTLE, CL.THROTTLE)",
+            Algorithm::Lease => "a lease limiter (RL.LEASE)",
         }
     }
 }
@@ -60,6 +66,8 @@ pub enum Effect {
     LogRecord(LogRecord),
     /// Give back `amount` of a sliding log's newest cost, as of `at`.
     LogRefund { at: Millis, amount: u64 },
+    /// Grant, release or extend one lease of a lease limiter.
+    Lease(LeaseChange),
 }
 
 impl Limiter {
@@ -70,6 +78,7 @@ impl Limiter {
             Limiter::SlidingWindow(_) => Algorithm::SlidingWindow,
             Limiter::SlidingLog(_) => Algorithm::SlidingLog,
             Limiter::Gcra(_) => Algorithm::Gcra,
+            Limiter::Lease(_) => Algorithm::Lease,
             Limiter::Locked(locked) => locked.inner.algorithm(),
         }
     }
@@ -84,6 +93,7 @@ impl Limiter {
             Limiter::SlidingWindow(window) => window.empty_at(true),
             Limiter::SlidingLog(log) => log.empty_at(),
             Limiter::Gcra(gcra) => gcra.full_at(),
+            Limiter::Lease(leases) => leases.empty_at(),
             Limiter::Locked(locked) => locked.until.max(locked.inner.expires_at()),
         }
     }
@@ -99,6 +109,13 @@ impl Limiter {
             Limiter::SlidingWindow(w) => window::decide(Some(w), w.params, true, now, 0).0,
             Limiter::SlidingLog(log) => sliding_log::decide(Some(log), log.params, now, 0, false).0,
             Limiter::Gcra(g) => gcra::decide(Some(g), g.params(), now, 0).0.outcome(),
+            Limiter::Lease(l) => {
+                let params = LeaseParams {
+                    limit: l.limit,
+                    ttl: Millis(1),
+                };
+                lease::decide(Some(l), params, now, 0).0
+            }
             Limiter::Locked(locked) => locked.peek(locked.inner.peek(now), now),
         }
     }
@@ -128,6 +145,8 @@ impl Limiter {
                 let (g, given) = gcra::refund(g, now, amount);
                 (Effect::Replace(Limiter::Gcra(g)), given)
             }
+            // Slots come back by RL.RELEASE, which names the lease.
+            Limiter::Lease(_) => return (None, 0),
             // A refund gives back to the limiter; a lock stays until it ends.
             Limiter::Locked(locked) => {
                 let (effect, given) = locked.inner.refund(now, amount);
@@ -149,6 +168,7 @@ impl Limiter {
         match (effect, &mut out) {
             (None, _) => {}
             (Some(Effect::Replace(limiter)), _) => out = limiter,
+            (Some(Effect::Lease(change)), Limiter::Lease(leases)) => leases.apply(change),
             (Some(effect), Limiter::SlidingLog(log)) => log.apply_effect(&effect),
             (Some(effect), Limiter::Locked(locked)) => {
                 if let Limiter::SlidingLog(log) = &mut locked.inner {
@@ -172,6 +192,7 @@ impl Limiter {
     pub fn heap_capacity(&self) -> usize {
         match self {
             Limiter::SlidingLog(log) => std::mem::size_of::<SlidingLog>() + log.heap_capacity(),
+            Limiter::Lease(leases) => std::mem::size_of::<Leases>() + leases.heap_capacity(),
             Limiter::Locked(locked) => std::mem::size_of::<Locked>() + locked.inner.heap_capacity(),
             _ => 0,
         }

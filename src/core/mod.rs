@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod gcra;
+pub mod lease;
 pub mod limiter;
 #[cfg(test)]
 mod model_tests;

@@ -4,6 +4,7 @@
 //! RL.ALL both go through it.
 
 use super::gcra::{self, GcraParams};
+use super::lease::{self, LeaseId, LeaseParams};
 use super::limiter::{Algorithm, Effect, Limiter, Locked};
 use super::sliding_log::{self, LogParams};
 use super::token_bucket::{self, TokenBucketParams};
@@ -22,6 +23,11 @@ pub enum Policy {
         count_denied: bool,
     },
     Gcra(GcraParams),
+    /// `id` names the lease when one is granted (the shell picks it).
+    Lease {
+        params: LeaseParams,
+        id: LeaseId,
+    },
 }
 
 impl Policy {
@@ -32,6 +38,7 @@ impl Policy {
             Policy::Window { sliding: true, .. } => Algorithm::SlidingWindow,
             Policy::SlidingLog { .. } => Algorithm::SlidingLog,
             Policy::Gcra(_) => Algorithm::Gcra,
+            Policy::Lease { .. } => Algorithm::Lease,
         }
     }
 
@@ -91,6 +98,15 @@ impl Policy {
                     verdict.outcome(),
                     next.map(|g| Effect::Replace(Limiter::Gcra(g))),
                 )
+            }
+            Policy::Lease { params, id } => {
+                let leases = match state {
+                    Some(Limiter::Lease(l)) => Some(l.as_ref()),
+                    _ => None,
+                };
+                let (outcome, granted) = lease::decide(leases, params, now, cost);
+                let effect = granted.map(|(at, l)| Effect::Lease(lease::grant(params, at, l, id)));
+                (outcome, effect)
             }
         }
     }

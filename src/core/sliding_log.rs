@@ -240,7 +240,7 @@ impl SlidingLog {
             super::limiter::Effect::LogRefund { at, amount } => {
                 self.refund(at, amount);
             }
-            super::limiter::Effect::Replace(_) => {}
+            super::limiter::Effect::Replace(_) | super::limiter::Effect::Lease(_) => {}
         }
     }
 

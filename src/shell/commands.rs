@@ -5,14 +5,15 @@ use std::ffi::c_int;
 
 use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
-use super::{controls, metrics, replication};
+use super::{blocking, controls, leases, metrics, replication};
 use crate::args::{self, ArgError, Options};
 use crate::core::gcra::{self, Interval};
+use crate::core::lease::LeaseId;
 use crate::core::limiter::{Algorithm, Effect, Limiter};
 use crate::core::policy::Policy;
 use crate::core::{Millis, Outcome, RetryAfter};
 
-fn fail(ctx: Ctx, message: &str) -> c_int {
+pub(super) fn fail(ctx: Ctx, message: &str) -> c_int {
     metrics::record_error();
     ffi::reply_error(ctx, message)
 }
@@ -26,6 +27,8 @@ fn parsed<T>(ctx: Ctx, result: Result<T, ArgError>) -> Result<T, c_int> {
 pub enum Answer {
     Standard(Outcome),
     Partial(Outcome, u64),
+    /// RL.LEASE: the granted lease's id and time to live, when one is.
+    Lease(Outcome, Option<(LeaseId, Millis)>),
     RedisCell([i64; 5]),
 }
 
@@ -36,10 +39,19 @@ impl From<Outcome> for Answer {
 }
 
 impl Answer {
+    fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Answer::Standard(outcome) | Answer::Partial(outcome, _) | Answer::Lease(outcome, _) => {
+                Some(outcome)
+            }
+            Answer::RedisCell(_) => None,
+        }
+    }
+
     fn allowed(&self) -> bool {
         match self {
-            Answer::Standard(outcome) | Answer::Partial(outcome, _) => outcome.allowed,
             Answer::RedisCell(fields) => fields[0] == 0,
+            other => other.outcome().is_some_and(|o| o.allowed),
         }
     }
 
@@ -47,9 +59,30 @@ impl Answer {
     /// -1 when the request can never be allowed.
     fn brief(&self) -> i64 {
         match self {
-            Answer::Standard(outcome) | Answer::Partial(outcome, _) => brief(outcome),
+            Answer::Standard(outcome) | Answer::Partial(outcome, _) | Answer::Lease(outcome, _) => {
+                brief(outcome)
+            }
             // CL.THROTTLE takes no options: never asked.
             Answer::RedisCell(fields) => -fields[0],
+        }
+    }
+
+    /// Denied because earlier waiters come first: a lease granted here is
+    /// not taken (the key was opened read-only), and the wait is at least 1 ms.
+    fn held_back(self) -> Answer {
+        let deny = |outcome: Outcome| Outcome {
+            allowed: false,
+            retry_after: match outcome.retry_after {
+                RetryAfter::After(wait) => RetryAfter::After(wait.max(Millis(1))),
+                never => never,
+            },
+            ..outcome
+        };
+        match self {
+            Answer::Standard(outcome) => Answer::Standard(deny(outcome)),
+            Answer::Partial(outcome, _) => Answer::Partial(deny(outcome), 0),
+            Answer::Lease(outcome, _) => Answer::Lease(deny(outcome), None),
+            cell => cell,
         }
     }
 
@@ -59,12 +92,72 @@ impl Answer {
         match self {
             Answer::Standard(outcome) => Answer::Standard(outcome.passed()),
             Answer::Partial(outcome, _) => Answer::Partial(outcome.passed(), cost),
+            // A lease denied in shadow mode holds no slot: there is no id to give.
+            Answer::Lease(outcome, lease) => Answer::Lease(outcome.passed(), lease),
             Answer::RedisCell(mut fields) => {
                 fields[0] = 0;
                 fields[3] = -1;
                 Answer::RedisCell(fields)
             }
         }
+    }
+}
+
+/// How a denial may end a call.
+#[derive(Clone, Copy, Debug)]
+pub enum Turn {
+    /// Answer now, allowed or not.
+    Final,
+    /// BLOCK: a denial that a wait could turn into a grant is not answered;
+    /// the caller waits, until `deadline` at the latest (None: no timeout).
+    MayWait { deadline: Option<Millis> },
+    /// A waiter whose time ran out behind earlier ones: answered denied
+    /// without taking anything, whatever is free (it is theirs first).
+    Behind,
+}
+
+/// What an attempt came to.
+pub enum Attempt {
+    /// Answered (or failed); the status to return.
+    Done(c_int),
+    /// Denied for now, nothing written or answered: try again at this time.
+    Wait(Millis),
+}
+
+impl Attempt {
+    pub fn done(self) -> c_int {
+        match self {
+            Attempt::Done(status) => status,
+            // Only a MayWait turn waits.
+            Attempt::Wait(_) => raw_ok(),
+        }
+    }
+}
+
+fn raw_ok() -> c_int {
+    valkey_module::raw::Status::Ok as c_int
+}
+
+/// When a waiting caller should try again, or None to answer the denial now.
+/// A time-based limiter's wait is exact, so a permit that cannot come before
+/// the deadline is refused at once (as Guava's and Bucket4j's tryAcquire
+/// with a timeout do); a lease can be released any time, so a lease waiter
+/// waits until its deadline.
+fn wake_at(
+    algorithm: Algorithm,
+    outcome: &Outcome,
+    now: Millis,
+    deadline: Option<Millis>,
+) -> Option<Millis> {
+    let RetryAfter::After(wait) = outcome.retry_after else {
+        return None;
+    };
+    let ready = now.saturating_add(wait);
+    match deadline {
+        None => Some(ready),
+        Some(deadline) if ready <= deadline => Some(ready),
+        Some(deadline) if algorithm == Algorithm::Lease && now < deadline => Some(deadline),
+        Some(_) => None,
     }
 }
 
@@ -75,37 +168,48 @@ fn execute<A: Into<Answer>>(
     key_name: Str,
     options: Options,
     algorithm: Algorithm,
+    (now, turn): (Millis, Turn),
     decide: impl FnOnce(Option<&Limiter>, Millis) -> (A, Option<Effect>),
-) -> c_int {
+) -> Attempt {
     // A peek or dry run opens the key read-only: it cannot create or touch it.
-    let may_write = !options.dry_run && options.cost > 0;
+    let behind = matches!(turn, Turn::Behind);
+    let may_write = !options.dry_run && options.cost > 0 && !behind;
     let mut key = Key::open(ctx, key_name, may_write);
-    let now = ffi::now();
     let slot = match key.as_mut() {
         Some(key) => key.get::<Limiter>(raw_type()),
         None => Slot::Empty,
     };
     let (outcome, effect) = match slot {
-        Slot::Foreign => return fail(ctx, replication::WRONGTYPE),
+        Slot::Foreign => return Attempt::Done(fail(ctx, replication::WRONGTYPE)),
         Slot::Ours(limiter) if limiter.algorithm() != algorithm => {
             let message = format!(
                 "WRONGTYPE key holds {}, not {}",
                 limiter.algorithm().description(),
                 algorithm.description()
             );
-            return fail(ctx, &message);
+            return Attempt::Done(fail(ctx, &message));
         }
         Slot::Ours(limiter) => decide(Some(limiter), now),
         Slot::Empty => decide(None, now),
     };
+    let mut answer: Answer = outcome.into();
+    if behind {
+        answer = answer.held_back();
+    }
+    if let (Turn::MayWait { deadline }, Some(outcome)) = (turn, answer.outcome()) {
+        if !outcome.allowed && !controls::shadow() {
+            if let Some(at) = wake_at(algorithm, outcome, now, deadline) {
+                return Attempt::Wait(at);
+            }
+        }
+    }
     let effect = effect.filter(|_| may_write);
     let locks = matches!(effect, Some(Effect::Replace(Limiter::Locked(_))));
     if let (Some(effect), Some(key)) = (effect, key.as_mut()) {
         if let Err(message) = replication::commit(ctx, key, key_name, effect) {
-            return fail(ctx, message);
+            return Attempt::Done(fail(ctx, message));
         }
     }
-    let mut answer = outcome.into();
     if !answer.allowed() {
         controls::on_denied(ctx, key_name, !may_write);
         if controls::shadow() {
@@ -117,17 +221,18 @@ fn execute<A: Into<Answer>>(
     }
     metrics::record(algorithm, answer.allowed());
     if options.brief {
-        return ffi::reply_integer(ctx, answer.brief());
+        return Attempt::Done(ffi::reply_integer(ctx, answer.brief()));
     }
-    match answer {
+    Attempt::Done(match answer {
         Answer::Standard(outcome) => reply(ctx, &outcome),
         Answer::Partial(outcome, granted) => {
             let [a, b, c, d, e] = fields(&outcome);
             ffi::reply_fields(ctx, &[a, b, c, d, e, (c"granted", granted as i64)])
         }
+        Answer::Lease(outcome, lease) => leases::reply(ctx, &outcome, lease),
         // redis-cell replies a plain array, under RESP3 too.
         Answer::RedisCell(fields) => ffi::reply_integers(ctx, &fields),
-    }
+    })
 }
 
 /// One integer for BRIEF: 0 allowed, else milliseconds to wait (at least
@@ -158,23 +263,55 @@ pub fn fields(outcome: &Outcome) -> [(&'static std::ffi::CStr, i64); 5] {
     ]
 }
 
-/// One policy on one key: the single-limiter commands.
-fn run_policy(ctx: Ctx, key_name: Str, policy: Policy, options: Options) -> c_int {
-    execute(ctx, key_name, options, policy.algorithm(), |state, now| {
-        let decision = policy.decide_request(state, now, options.request());
-        let answer = if options.partial {
-            Answer::Partial(decision.outcome, decision.granted)
-        } else {
-            Answer::Standard(decision.outcome)
-        };
-        (answer, decision.effect)
-    })
+/// One policy on one key: the single-limiter commands, and the attempts of
+/// a waiting one (`blocking`).
+pub fn run_policy(
+    ctx: Ctx,
+    key_name: Str,
+    policy: Policy,
+    options: Options,
+    when: (Millis, Turn),
+) -> Attempt {
+    execute(
+        ctx,
+        key_name,
+        options,
+        policy.algorithm(),
+        when,
+        |state, now| {
+            let policy = match policy {
+                Policy::Lease { params, .. } => Policy::Lease {
+                    params,
+                    id: leases::fresh_id(state),
+                },
+                other => other,
+            };
+            let decision = policy.decide_request(state, now, options.request());
+            let answer = match policy {
+                Policy::Lease { params, id } => {
+                    let granted = matches!(decision.effect, Some(Effect::Lease(_)));
+                    Answer::Lease(decision.outcome, granted.then_some((id, params.ttl)))
+                }
+                _ if options.partial => Answer::Partial(decision.outcome, decision.granted),
+                _ => Answer::Standard(decision.outcome),
+            };
+            (answer, decision.effect)
+        },
+    )
+}
+
+/// A command's first attempt: at once, or waiting with BLOCK.
+pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options) -> c_int {
+    match options.block {
+        Some(timeout) => blocking::start(ctx, key_name, policy, options, timeout),
+        None => run_policy(ctx, key_name, policy, options, (ffi::now(), Turn::Final)).done(),
+    }
 }
 
 /// `RL.TOKENBUCKET key capacity refill_amount refill_period [COST n] [DRYRUN]`
 pub fn token_bucket(ctx: Ctx, argv: &[Str]) -> c_int {
     match parsed(ctx, args::token_bucket(&Argv(&argv[2..]))) {
-        Ok((params, options)) => run_policy(ctx, argv[1], Policy::TokenBucket(params), options),
+        Ok((params, options)) => start(ctx, argv[1], Policy::TokenBucket(params), options),
         Err(status) => status,
     }
 }
@@ -187,7 +324,7 @@ pub fn window(ctx: Ctx, argv: &[Str]) -> c_int {
                 params,
                 sliding: options.flag,
             };
-            run_policy(ctx, argv[1], policy, options)
+            start(ctx, argv[1], policy, options)
         }
         Err(status) => status,
     }
@@ -201,7 +338,7 @@ pub fn sliding_log(ctx: Ctx, argv: &[Str]) -> c_int {
                 params,
                 count_denied: options.flag,
             };
-            run_policy(ctx, argv[1], policy, options)
+            start(ctx, argv[1], policy, options)
         }
         Err(status) => status,
     }
@@ -210,7 +347,7 @@ pub fn sliding_log(ctx: Ctx, argv: &[Str]) -> c_int {
 /// `RL.GCRA key burst rate period [COST n] [DRYRUN]`
 pub fn gcra(ctx: Ctx, argv: &[Str]) -> c_int {
     match parsed(ctx, args::gcra(&Argv(&argv[2..]))) {
-        Ok((params, options)) => run_policy(ctx, argv[1], Policy::Gcra(params), options),
+        Ok((params, options)) => start(ctx, argv[1], Policy::Gcra(params), options),
         Err(status) => status,
     }
 }
@@ -228,7 +365,10 @@ fn quantity(cost: u64) -> Options {
 pub fn rl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
     let arguments = args::throttle(&Argv(&argv[2..]), "RL.THROTTLE", Interval::RoundUp);
     match parsed(ctx, arguments) {
-        Ok((params, cost)) => run_policy(ctx, argv[1], Policy::Gcra(params), quantity(cost)),
+        Ok((params, cost)) => {
+            let when = (ffi::now(), Turn::Final);
+            run_policy(ctx, argv[1], Policy::Gcra(params), quantity(cost), when).done()
+        }
         Err(status) => status,
     }
 }
@@ -242,26 +382,35 @@ pub fn cl_throttle(ctx: Ctx, argv: &[Str]) -> c_int {
         Err(status) => return status,
     };
     let options = quantity(cost);
-    execute(ctx, argv[1], options, Algorithm::Gcra, |state, now| {
-        let state = state.map(|s| s.unlocked_at(now));
-        if let Some(Limiter::Locked(_)) = state {
-            // Locked out (RL.GCRA ... LOCKOUT): limited until the lock ends.
-            let decision = Policy::Gcra(params).decide_request(state, now, options.request());
-            return (
-                Answer::RedisCell(gcra::locked_cell_reply(&decision.outcome, options.cost)),
-                None,
-            );
-        }
-        let current = match state {
-            Some(Limiter::Gcra(g)) => Some(g),
-            _ => None,
-        };
-        let (verdict, next) = gcra::decide(current, params, now, options.cost);
-        (
-            Answer::RedisCell(verdict.redis_cell_reply()),
-            next.map(|g| Effect::Replace(Limiter::Gcra(g))),
-        )
-    })
+    let when = (ffi::now(), Turn::Final);
+    execute(
+        ctx,
+        argv[1],
+        options,
+        Algorithm::Gcra,
+        when,
+        |state, now| {
+            let state = state.map(|s| s.unlocked_at(now));
+            if let Some(Limiter::Locked(_)) = state {
+                // Locked out (RL.GCRA ... LOCKOUT): limited until the lock ends.
+                let decision = Policy::Gcra(params).decide_request(state, now, options.request());
+                return (
+                    Answer::RedisCell(gcra::locked_cell_reply(&decision.outcome, options.cost)),
+                    None,
+                );
+            }
+            let current = match state {
+                Some(Limiter::Gcra(g)) => Some(g),
+                _ => None,
+            };
+            let (verdict, next) = gcra::decide(current, params, now, options.cost);
+            (
+                Answer::RedisCell(verdict.redis_cell_reply()),
+                next.map(|g| Effect::Replace(Limiter::Gcra(g))),
+            )
+        },
+    )
+    .done()
 }
 
 /// `RL.REFUND key amount`: gives back up to `amount` units to the limiter
@@ -277,17 +426,25 @@ pub fn refund(ctx: Ctx, argv: &[Str]) -> c_int {
         return fail(ctx, "ERR could not open the key for writing");
     };
     let now = ffi::now();
-    let (effect, refunded) = match key.get::<Limiter>(raw_type()) {
-        Slot::Empty => return ffi::reply_null(ctx),
-        Slot::Foreign => return fail(ctx, replication::WRONGTYPE),
-        Slot::Ours(limiter) => limiter.refund(now, amount),
-    };
+    let (effect, refunded) =
+        match key.get::<Limiter>(raw_type()) {
+            Slot::Empty => return ffi::reply_null(ctx),
+            Slot::Foreign => return fail(ctx, replication::WRONGTYPE),
+            Slot::Ours(Limiter::Lease(_)) => return fail(
+                ctx,
+                "ERR a lease limiter gets its slots back by RL.RELEASE key lease_id, not RL.REFUND",
+            ),
+            Slot::Ours(limiter) => limiter.refund(now, amount),
+        };
     if let Some(effect) = effect {
         if let Err(message) = replication::commit(ctx, &mut key, argv[1], effect) {
             return fail(ctx, message);
         }
     }
     metrics::record_refund(refunded);
+    if refunded > 0 {
+        blocking::key_changed(ctx, argv[1]);
+    }
     let outcome = match key.get::<Limiter>(raw_type()) {
         Slot::Ours(limiter) => limiter.peek(now),
         _ => return ffi::reply_null(ctx),
@@ -312,6 +469,7 @@ pub fn unlock(ctx: Ctx, argv: &[Str]) -> c_int {
         return fail(ctx, message);
     }
     metrics::record_unlock();
+    blocking::key_changed(ctx, argv[1]);
     ffi::reply_integer(ctx, 1)
 }
 

@@ -85,25 +85,41 @@ macro_rules! with_options {
     };
 }
 
-pub const TOKEN_BUCKET: &[Arg] = with_options![
+/// The options plus BLOCK: the single-limiter commands.
+macro_rules! with_block_options {
+    ($($arg:expr),* $(,)?) => {
+        &[
+            $($arg,)*
+            option(c"COST", int(c"cost")),
+            flag(c"dryrun", c"DRYRUN"),
+            flag(c"partial", c"PARTIAL"),
+            option(c"LOCKOUT", duration(c"duration")),
+            flag(c"brief", c"BRIEF"),
+            option(c"BLOCK", duration(c"timeout")),
+        ]
+    };
+}
+
+pub const TOKEN_BUCKET: &[Arg] = with_block_options![
     key(),
     int(c"capacity"),
     int(c"refill_amount"),
     duration(c"refill_period"),
 ];
-pub const WINDOW: &[Arg] = with_options![
+pub const WINDOW: &[Arg] = with_block_options![
     key(),
     int(c"limit"),
     duration(c"period"),
     flag(c"sliding", c"SLIDING"),
 ];
-pub const SLIDING_LOG: &[Arg] = with_options![
+pub const SLIDING_LOG: &[Arg] = with_block_options![
     key(),
     int(c"limit"),
     duration(c"period"),
     flag(c"countdenied", c"COUNTDENIED"),
 ];
-pub const GCRA: &[Arg] = with_options![key(), int(c"burst"), int(c"rate"), duration(c"period")];
+pub const GCRA: &[Arg] =
+    with_block_options![key(), int(c"burst"), int(c"rate"), duration(c"period")];
 pub const THROTTLE: &[Arg] = &[
     key(),
     int(c"max_burst"),
@@ -159,6 +175,16 @@ pub const ALL: &[Arg] = with_options![
         ..arg(c"limiter", Kind::OneOf)
     },
 ];
+pub const LEASE: &[Arg] = &[
+    key(),
+    int(c"limit"),
+    duration(c"ttl"),
+    option(c"COST", int(c"cost")),
+    flag(c"dryrun", c"DRYRUN"),
+    option(c"BLOCK", duration(c"timeout")),
+];
+pub const RELEASE: &[Arg] = &[key(), arg(c"lease_id", Kind::Text)];
+pub const EXTEND: &[Arg] = &[key(), arg(c"lease_id", Kind::Text), duration(c"ttl")];
 pub const REFUND: &[Arg] = &[key(), int(c"amount")];
 pub const KEY_ONLY: &[Arg] = &[key()];
 pub const APPLY: &[Arg] = &[key(), arg(c"effect", Kind::Text)];

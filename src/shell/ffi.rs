@@ -114,6 +114,40 @@ pub fn reply_fields(ctx: Ctx, fields: &[(&CStr, i64)]) -> c_int {
     raw::Status::Ok as c_int
 }
 
+/// A reply value of a mixed reply.
+pub enum Value<'a> {
+    Int(i64),
+    Bulk(&'a [u8]),
+    Null,
+}
+
+/// Replies with named values: a map under RESP3, an array under RESP2.
+pub fn reply_values(ctx: Ctx, fields: &[(&CStr, Value)]) -> c_int {
+    let resp3 = is_resp3(ctx);
+    // SAFETY: ctx is live; names are static NUL-terminated strings; bulk
+    // strings are copied by the server.
+    unsafe {
+        if resp3 {
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, fields.len() as _);
+        } else {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, fields.len() as _);
+        }
+        for (name, value) in fields {
+            if resp3 {
+                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, name.as_ptr());
+            }
+            match value {
+                Value::Int(n) => raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *n),
+                Value::Bulk(b) => {
+                    raw::RedisModule_ReplyWithStringBuffer.unwrap()(ctx, b.as_ptr().cast(), b.len())
+                }
+                Value::Null => raw::RedisModule_ReplyWithNull.unwrap()(ctx),
+            };
+        }
+    }
+    raw::Status::Ok as c_int
+}
+
 /// RL.ALL's reply: under RESP3 a map {allowed, retry_after_ms, [granted,]
 /// limiters: [map, ...]}; under RESP2 the array [allowed, retry_after_ms,
 /// [granted,] [[...], ...]]. `granted` only with PARTIAL.

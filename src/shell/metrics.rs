@@ -25,6 +25,7 @@ static FIXED_WINDOW: Counters = counters();
 static SLIDING_WINDOW: Counters = counters();
 static SLIDING_LOG: Counters = counters();
 static GCRA: Counters = counters();
+static LEASE: Counters = counters();
 static ALL: Counters = counters();
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 static SHADOW_DENIED: AtomicU64 = AtomicU64::new(0);
@@ -32,6 +33,11 @@ static LOCKOUTS: AtomicU64 = AtomicU64::new(0);
 static UNLOCKS: AtomicU64 = AtomicU64::new(0);
 static REFUNDS: AtomicU64 = AtomicU64::new(0);
 static REFUNDED: AtomicU64 = AtomicU64::new(0);
+static RELEASES: AtomicU64 = AtomicU64::new(0);
+static EXTENDS: AtomicU64 = AtomicU64::new(0);
+static BLOCKED: AtomicU64 = AtomicU64::new(0);
+static BLOCKS: AtomicU64 = AtomicU64::new(0);
+static BLOCK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
 
 fn of(algorithm: Algorithm) -> &'static Counters {
     match algorithm {
@@ -40,6 +46,7 @@ fn of(algorithm: Algorithm) -> &'static Counters {
         Algorithm::SlidingWindow => &SLIDING_WINDOW,
         Algorithm::SlidingLog => &SLIDING_LOG,
         Algorithm::Gcra => &GCRA,
+        Algorithm::Lease => &LEASE,
     }
 }
 
@@ -84,6 +91,26 @@ pub fn record_refund(units: u64) {
     REFUNDED.fetch_add(units, Ordering::Relaxed);
 }
 
+/// An RL.RELEASE (`released`) or RL.EXTEND (`!released`) that found its lease.
+pub fn record_lease_change(released: bool) {
+    let counter = if released { &RELEASES } else { &EXTENDS };
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A client starts waiting (BLOCK).
+pub fn record_block() {
+    BLOCKS.fetch_add(1, Ordering::Relaxed);
+    BLOCKED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A waiting client is answered or gone; `timed_out` when its time ran out.
+pub fn record_unblock(timed_out: bool) {
+    BLOCKED.fetch_sub(1, Ordering::Relaxed);
+    if timed_out {
+        BLOCK_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed).to_string();
@@ -94,6 +121,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
         ("sliding_window", Algorithm::SlidingWindow),
         ("slidinglog", Algorithm::SlidingLog),
         ("gcra", Algorithm::Gcra),
+        ("lease", Algorithm::Lease),
     ] {
         let counters = of(algorithm);
         section = section
@@ -108,6 +136,11 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
         .field("unlocks", get(&UNLOCKS))?
         .field("refunds", get(&REFUNDS))?
         .field("refunded", get(&REFUNDED))?
+        .field("releases", get(&RELEASES))?
+        .field("extends", get(&EXTENDS))?
+        .field("blocked_clients", get(&BLOCKED))?
+        .field("blocks", get(&BLOCKS))?
+        .field("block_timeouts", get(&BLOCK_TIMEOUTS))?
         .field("errors", get(&ERRORS))?
         .build_section()?
         .build_info()?;

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use valkey_module::raw;
 
 use super::ffi::{self, Ctx, Str};
-use super::{commands, compound, docs, replication};
+use super::{commands, compound, docs, leases, replication};
 
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
 
@@ -111,6 +111,9 @@ entry_point!(unlock_entry, commands::unlock);
 entry_point!(rl_throttle_entry, commands::rl_throttle);
 entry_point!(cl_throttle_entry, commands::cl_throttle);
 entry_point!(apply_entry, apply_handler);
+entry_point!(lease_entry, leases::acquire);
+entry_point!(release_entry, release_handler);
+entry_point!(extend_entry, extend_handler);
 entry_point!(peek_entry, peek_handler);
 
 fn peek_handler(ctx: Ctx, argv: &[Str]) -> c_int {
@@ -118,6 +121,26 @@ fn peek_handler(ctx: Ctx, argv: &[Str]) -> c_int {
         return ffi::reply_error(ctx, "ERR wrong number of arguments for 'rl.peek' command");
     }
     commands::peek(ctx, argv)
+}
+
+fn release_handler(ctx: Ctx, argv: &[Str]) -> c_int {
+    if argv.len() != 3 {
+        return ffi::reply_error(
+            ctx,
+            "ERR wrong number of arguments: RL.RELEASE key lease_id",
+        );
+    }
+    leases::release(ctx, argv)
+}
+
+fn extend_handler(ctx: Ctx, argv: &[Str]) -> c_int {
+    if argv.len() != 4 {
+        return ffi::reply_error(
+            ctx,
+            "ERR wrong number of arguments: RL.EXTEND key lease_id ttl",
+        );
+    }
+    leases::extend(ctx, argv)
 }
 
 fn apply_handler(ctx: Ctx, argv: &[Str]) -> c_int {
@@ -131,16 +154,21 @@ const LIMITER_FLAGS: &CStr = c"write deny-oom fast";
 /// Core commands get @write/@fast from their flags; module commands get only
 /// what the module sets, so name them too (`+@write -@slow` users expect them).
 const LIMITER_CATEGORIES: &CStr = c"write fast ratelimit";
+/// Commands that take BLOCK: flagged and categorised as XREAD is.
+const BLOCKING_FLAGS: &CStr = c"write deny-oom fast blocking";
+const BLOCKING_CATEGORIES: &CStr = c"write fast blocking ratelimit";
+/// Giving slots back must work when memory is short (as DEL does).
+const RELEASE_FLAGS: &CStr = c"write fast";
 
-static COMMANDS: [Spec; 10] = [
+static COMMANDS: [Spec; 13] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
-        flags: LIMITER_FLAGS,
+        flags: BLOCKING_FLAGS,
         arity: -5,
         summary: c"Takes COST tokens from a token bucket of `capacity` refilled at `refill_amount` per `refill_period`, if that many are there.",
         complexity: c"O(1)",
-        acl_categories: Some(LIMITER_CATEGORIES),
+        acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
         args: docs::TOKEN_BUCKET,
@@ -148,11 +176,11 @@ static COMMANDS: [Spec; 10] = [
     Spec {
         name: c"rl.window",
         entry: window_entry,
-        flags: LIMITER_FLAGS,
+        flags: BLOCKING_FLAGS,
         arity: -4,
         summary: c"Counts COST in a fixed window (or, with SLIDING, a sliding window counter) of `period`, if it stays within `limit`.",
         complexity: c"O(1)",
-        acl_categories: Some(LIMITER_CATEGORIES),
+        acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
         args: docs::WINDOW,
@@ -160,11 +188,11 @@ static COMMANDS: [Spec; 10] = [
     Spec {
         name: c"rl.slidinglog",
         entry: sliding_log_entry,
-        flags: LIMITER_FLAGS,
+        flags: BLOCKING_FLAGS,
         arity: -4,
         summary: c"Logs COST in an exact sliding log of `period`, if the cost logged in the last `period` stays within `limit`.",
         complexity: c"O(1) amortized. A denied request also walks the oldest entries that must expire before it fits.",
-        acl_categories: Some(LIMITER_CATEGORIES),
+        acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
         args: docs::SLIDING_LOG,
@@ -172,11 +200,11 @@ static COMMANDS: [Spec; 10] = [
     Spec {
         name: c"rl.gcra",
         entry: gcra_entry,
-        flags: LIMITER_FLAGS,
+        flags: BLOCKING_FLAGS,
         arity: -5,
         summary: c"GCRA: admits COST requests when they fit in a burst of `burst` on a schedule of `rate` per `period`.",
         complexity: c"O(1)",
-        acl_categories: Some(LIMITER_CATEGORIES),
+        acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
         args: docs::GCRA,
@@ -204,6 +232,42 @@ static COMMANDS: [Spec; 10] = [
         key_flags: KEY_UPDATE,
         keys: Keys::NumKeys,
         args: docs::ALL,
+    },
+    Spec {
+        name: c"rl.lease",
+        entry: lease_entry,
+        flags: BLOCKING_FLAGS,
+        arity: -4,
+        summary: c"Takes COST of `limit` slots for `ttl`, if that many are free: replies a lease id to release or extend it by. An unreleased lease frees its slots when its ttl passes.",
+        complexity: c"O(N) for N leases held.",
+        acl_categories: Some(BLOCKING_CATEGORIES),
+        key_flags: KEY_UPDATE,
+        keys: Keys::First,
+        args: docs::LEASE,
+    },
+    Spec {
+        name: c"rl.release",
+        entry: release_entry,
+        flags: RELEASE_FLAGS,
+        arity: 3,
+        summary: c"Gives a lease's slots back now. Replies 1 when the lease was held, 0 when not (released already, expired, or never granted).",
+        complexity: c"O(N) for N leases held.",
+        acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+        keys: Keys::First,
+        args: docs::RELEASE,
+    },
+    Spec {
+        name: c"rl.extend",
+        entry: extend_entry,
+        flags: RELEASE_FLAGS,
+        arity: 4,
+        summary: c"Keeps a lease until now + ttl (a heartbeat). Replies 1 when the lease was held, 0 when not (an expired lease is not revived).",
+        complexity: c"O(N) for N leases held.",
+        acl_categories: Some(LIMITER_CATEGORIES),
+        key_flags: KEY_UPDATE,
+        keys: Keys::First,
+        args: docs::EXTEND,
     },
     Spec {
         name: c"rl.refund",

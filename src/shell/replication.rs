@@ -12,6 +12,7 @@ use valkey_module::raw;
 use super::datatype::raw_type;
 use super::ffi::{self, Ctx, Key, Slot, Str};
 use crate::core::codec;
+use crate::core::lease::{LeaseChange, Leases};
 use crate::core::limiter::{Effect, Limiter};
 use crate::core::sliding_log::SlidingLog;
 
@@ -25,14 +26,15 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 /// the error reply when the key holds something the effect cannot apply to.
 pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
     let ty = raw_type();
-    // A log effect made at a time when this copy's limiter had already
-    // expired was made on a primary that no longer had the key: start from
-    // empty as it did. Copies can hold such a key when the primary dropped it
-    // without a DEL (a primary loading an RDB skips expired keys; replicas
-    // never expire keys themselves).
+    // A log or lease effect made at a time when this copy's limiter had
+    // already expired was made on a primary that no longer had the key: start
+    // from empty as it did. Copies can hold such a key when the primary
+    // dropped it without a DEL (a primary loading an RDB skips expired keys;
+    // replicas never expire keys themselves).
     let made_at = match &effect {
         Effect::LogRecord(record) => Some(record.at),
         Effect::LogRefund { at, .. } => Some(*at),
+        Effect::Lease(change) => Some(change.at()),
         Effect::Replace(_) => None,
     };
     let stale = made_at.is_some_and(|at| key.expired_by(at));
@@ -51,6 +53,8 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
             }
             match (&mut *current, effect) {
                 (current, Effect::Replace(limiter)) => *current = limiter,
+                (Limiter::Lease(leases), Effect::Lease(change)) => leases.apply(change),
+                (_, Effect::Lease(_)) => return Err(WRONGTYPE),
                 (Limiter::SlidingLog(log), effect) => log.apply_effect(&effect),
                 (Limiter::Locked(locked), effect)
                     if matches!(locked.inner, Limiter::SlidingLog(_)) =>
@@ -64,7 +68,15 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
             current.expires_at()
         }
         // Nothing to give back to a limiter that is not there (it is full).
-        Slot::Empty if matches!(effect, Effect::LogRefund { .. }) => return Ok(()),
+        Slot::Empty
+            if matches!(
+                effect,
+                Effect::LogRefund { .. }
+                    | Effect::Lease(LeaseChange::Release { .. } | LeaseChange::Extend { .. })
+            ) =>
+        {
+            return Ok(())
+        }
         Slot::Empty => {
             let limiter = match effect {
                 Effect::Replace(limiter) => limiter,
@@ -72,6 +84,11 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
                     let mut log = SlidingLog::new(record.params);
                     log.apply(record);
                     Limiter::SlidingLog(Box::new(log))
+                }
+                Effect::Lease(change) => {
+                    let mut leases = Leases::new(1);
+                    leases.apply(change);
+                    Limiter::Lease(Box::new(leases))
                 }
                 Effect::LogRefund { .. } => return Ok(()),
             };
@@ -100,6 +117,8 @@ pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<
         codec::encode_effect(&effect, blob);
         apply(key, effect)?;
         ffi::signal_modified(ctx, key_name);
+        // Waiters of this key try again: the change may have freed their permit.
+        super::blocking::key_changed(ctx, key_name);
         // The change is made: the client is told its outcome either way. The
         // server only refuses an unknown command or format, which would be a
         // bug here, so say so loudly in the log.

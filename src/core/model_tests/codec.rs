@@ -186,6 +186,13 @@ fn plausible_limiter(limiter: &Limiter) -> bool {
                 && g.params().check().is_ok()
                 && g.tat().0 < 1 << 96
         }
+        Limiter::Lease(l) => {
+            (1..=crate::core::lease::MAX_LEASE_LIMIT).contains(&l.limit)
+                && l.last_update() <= crate::core::MAX_TIME
+                && l.held()
+                    .iter()
+                    .all(|x| x.cost >= 1 && x.expires_at <= crate::core::MAX_TIME)
+        }
         Limiter::SlidingLog(log) => {
             count_ok(log.params.limit)
                 && period_ok(log.params.period)
@@ -242,6 +249,12 @@ fn check_decoded(input: &[u8]) -> Result<(), TestCaseError> {
             let mut log = SlidingLog::new(record.params);
             log.apply(record);
         }
+        Some(Effect::Lease(change)) => {
+            prop_assert!(change.at() <= crate::core::MAX_TIME);
+            prop_assert_eq!(encoded_effect(&Effect::Lease(change)), input.to_vec());
+            let mut leases = crate::core::lease::Leases::new(1);
+            leases.apply(change);
+        }
         Some(Effect::LogRefund { at, amount }) => {
             prop_assert!(count_ok(amount) && at <= crate::core::MAX_TIME);
             prop_assert_eq!(
@@ -258,10 +271,10 @@ fn check_decoded(input: &[u8]) -> Result<(), TestCaseError> {
 /// fields, then anything.
 fn plausible_bytes() -> impl Strategy<Value = Vec<u8>> {
     (
-        prop_oneof![1..=4u8, Just(0x80u8), any::<u8>()],
+        prop_oneof![1..=4u8, Just(7u8), 0x80..=0x84u8, any::<u8>()],
         vec(
             prop_oneof![1..=20u64, 1..=2000u64, 0..3u64, any::<u64>()],
-            0..7,
+            0..10,
         ),
         vec(any::<u8>(), 0..24),
     )

@@ -34,6 +34,7 @@ use super::{varint, Millis, Outcome, RetryAfter};
 mod codec;
 mod gcra;
 mod large_counts;
+mod lease;
 mod sliding_log;
 mod token_bucket;
 mod window;
@@ -282,6 +283,19 @@ fn exercise(limiter: &Limiter) {
                     let _ = crate::core::window::decide(Some(w), w.params, true, now, cost);
                 }
                 Limiter::Locked(locked) => exercise(&locked.inner),
+                Limiter::Lease(l) => {
+                    let params = crate::core::lease::LeaseParams {
+                        limit: l.limit,
+                        ttl: Millis(1000),
+                    };
+                    let cost = cost.min(crate::core::lease::MAX_LEASE_LIMIT);
+                    let (_, granted) = crate::core::lease::decide(Some(l), params, now, cost);
+                    if let Some((at, lease)) = granted {
+                        let mut copy = (**l).clone();
+                        let id = crate::core::lease::LeaseId(7);
+                        copy.apply(crate::core::lease::grant(params, at, lease, id));
+                    }
+                }
                 Limiter::Gcra(g) => {
                     let (verdict, _) = crate::core::gcra::decide(Some(g), g.params(), now, cost);
                     let _ = (verdict.outcome(), verdict.redis_cell_reply());

@@ -1,0 +1,401 @@
+//! BLOCK: a request denied for now waits for its permit instead, with the
+//! blocked-client API (`RM_BlockClientOnKeysWithFlags`). Nothing polls: the
+//! first waiter of a key is tried again when its permit is due (a module
+//! timer at the computed retry time signals the key ready), when the key
+//! changes (a grant, release, refund or unlock by anyone; its deletion), and
+//! at its timeout.
+//!
+//! Waiters of one key are served first come, first served: the module keeps
+//! each key's queue, and only its head may take a permit; the rest stay
+//! blocked, untried, until they are first. Calls without BLOCK are decided at
+//! once as always (they do not queue), so a waiter competes with them only
+//! for the moment its permit is due.
+//!
+//! Nothing is decided or written while a client waits: the effect is
+//! committed and propagated when the permit is granted, from the reply
+//! callback, exactly as the command would have done. A client that leaves
+//! (disconnect, CLIENT KILL, CLIENT UNBLOCK, a role change or slot move that
+//! the server answers) has consumed nothing.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use valkey_module::raw;
+
+use super::commands::{self, Attempt, Turn};
+use super::ffi::{self, Ctx, Str};
+use super::metrics;
+use crate::args::Options;
+use crate::core::policy::Policy;
+use crate::core::Millis;
+
+/// One waiting client: what it asked, on which key, until when.
+struct Waiter {
+    id: u64,
+    queue: QueueKey,
+    policy: Policy,
+    options: Options,
+    deadline: Option<Millis>,
+    /// Set once it is answered or its time ran out: it has left the queue.
+    done: bool,
+    timed_out: bool,
+}
+
+/// (db, key name): a key's queue.
+type QueueKey = (c_int, Vec<u8>);
+
+#[derive(Default)]
+struct Queue {
+    waiters: VecDeque<u64>,
+    /// The pending wake-up: its timer, when it fires, and its generation
+    /// (a timer that fires after being replaced does nothing).
+    timer: Option<(raw::RedisModuleTimerID, Millis, u64)>,
+}
+
+thread_local! {
+    // Commands and callbacks all run on the server's main thread.
+    static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
+    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+    static WAITING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A context with no client, for timers armed from callbacks that have none
+/// (the free callback). Made once at load.
+static TIMER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(ptr::null_mut());
+
+pub fn init(ctx: Ctx) {
+    // SAFETY: called from the module's init with its context.
+    let detached = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx) };
+    TIMER_CTX.store(detached, Ordering::Relaxed);
+}
+
+fn live_now() -> Millis {
+    // SAFETY: a plain read of the server's clock.
+    let ms = unsafe { raw::RedisModule_Milliseconds.unwrap()() };
+    Millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Whether this call may block its client: not inside MULTI/EXEC or a
+/// script, not replicated or loaded from the AOF, and not where the server
+/// forbids it (e.g. a command called from a module).
+fn can_block(ctx: Ctx) -> bool {
+    const NO_BLOCKING: u32 = raw::REDISMODULE_CTX_FLAGS_MULTI
+        | raw::REDISMODULE_CTX_FLAGS_LUA
+        | raw::REDISMODULE_CTX_FLAGS_DENY_BLOCKING
+        | raw::REDISMODULE_CTX_FLAGS_REPLICATED
+        | raw::REDISMODULE_CTX_FLAGS_LOADING;
+    // SAFETY: ctx is the live command context.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+    flags & NO_BLOCKING == 0
+}
+
+fn selected_db(ctx: Ctx) -> c_int {
+    // SAFETY: ctx is a live context with a client.
+    unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx) }
+}
+
+/// A command with BLOCK `timeout` (0: none): decided at once unless it
+/// would be denied now and a wait could grant it, or others wait already.
+pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout: Millis) -> c_int {
+    let now = ffi::now();
+    if !can_block(ctx) {
+        // Inside MULTI/EXEC or a script nothing can wait: answer at once.
+        return commands::run_policy(ctx, key_name, policy, options, (now, Turn::Final)).done();
+    }
+    let deadline = (timeout > Millis::ZERO).then(|| now.saturating_add(timeout));
+    let queue = (selected_db(ctx), ffi::bytes(key_name).to_vec());
+    let others_wait = QUEUES.with_borrow(|q| q.get(&queue).is_some_and(|q| !q.waiters.is_empty()));
+    let wake = if others_wait {
+        // First come, first served: behind them, untried.
+        None
+    } else {
+        let when = (now, Turn::MayWait { deadline });
+        match commands::run_policy(ctx, key_name, policy, options, when) {
+            Attempt::Done(status) => return status,
+            Attempt::Wait(at) => Some(at),
+        }
+    };
+    let id = NEXT_ID.replace(NEXT_ID.get() + 1);
+    let waiter = Box::new(Waiter {
+        id,
+        queue: queue.clone(),
+        policy,
+        options,
+        deadline,
+        done: false,
+        timed_out: false,
+    });
+    let mut keys = [key_name];
+    // SAFETY: ctx is the live command context; the server keeps its own
+    // reference to the key name; the waiter box is handed to the server and
+    // comes back in free_waiter, exactly once.
+    let blocked = unsafe {
+        raw::RedisModule_BlockClientOnKeysWithFlags.unwrap()(
+            ctx,
+            Some(on_ready),
+            Some(on_timeout),
+            Some(free_waiter),
+            timeout.to_i64_saturating(),
+            keys.as_mut_ptr(),
+            1,
+            Box::into_raw(waiter).cast::<c_void>(),
+            raw::REDISMODULE_BLOCK_UNBLOCK_DELETED as c_int,
+        )
+    };
+    if blocked.is_null() {
+        // Not reached where can_block holds; free_waiter ran already if the
+        // server refused. Answer at once rather than hang.
+        return commands::run_policy(ctx, key_name, policy, options, (now, Turn::Final)).done();
+    }
+    QUEUES.with_borrow_mut(|q| q.entry(queue.clone()).or_default().waiters.push_back(id));
+    WAITING.set(WAITING.get() + 1);
+    metrics::record_block();
+    if let Some(at) = wake {
+        arm(&queue, at);
+    }
+    raw::Status::Ok as c_int
+}
+
+/// The waiter of a blocked-client callback.
+///
+/// # Safety
+/// `ctx` is a reply or timeout callback's context of a client blocked by
+/// `start`, whose private data is a live `Waiter`.
+unsafe fn waiter_of<'a>(ctx: Ctx) -> Option<&'a mut Waiter> {
+    raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx)
+        .cast::<Waiter>()
+        .as_mut()
+}
+
+fn is_first(waiter: &Waiter) -> bool {
+    QUEUES.with_borrow(|q| {
+        q.get(&waiter.queue)
+            .and_then(|q| q.waiters.front())
+            .is_some_and(|id| *id == waiter.id)
+    })
+}
+
+/// Takes the waiter out of its queue; when it was first, the next one is
+/// tried at once (it may be served now that this one is gone).
+fn leave(waiter: &mut Waiter) {
+    if waiter.done {
+        return;
+    }
+    waiter.done = true;
+    let next_first = QUEUES.with_borrow_mut(|queues| {
+        let Some(queue) = queues.get_mut(&waiter.queue) else {
+            return false;
+        };
+        let was_first = queue.waiters.front() == Some(&waiter.id);
+        queue.waiters.retain(|id| *id != waiter.id);
+        if queue.waiters.is_empty() {
+            if let Some((timer, _, _)) = queue.timer.take() {
+                stop_timer(timer);
+            }
+            queues.remove(&waiter.queue);
+            return false;
+        }
+        was_first
+    });
+    if next_first {
+        arm(&waiter.queue, live_now());
+    }
+}
+
+/// The server tries a waiter: its key was signalled ready (our timer, a
+/// change, a deletion). REDISMODULE_OK when answered, ERR to keep waiting.
+unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the server calls this for a client `start` blocked.
+        let Some(waiter) = (unsafe { waiter_of(ctx) }) else {
+            return raw::Status::Err as c_int;
+        };
+        if waiter.done || !is_first(waiter) {
+            return raw::Status::Err as c_int;
+        }
+        // SAFETY: within a reply callback the ready key is live.
+        let key = unsafe { raw::RedisModule_GetBlockedClientReadyKey.unwrap()(ctx) };
+        if key.is_null() {
+            return raw::Status::Err as c_int;
+        }
+        let now = live_now();
+        let turn = match waiter.deadline {
+            Some(deadline) if now >= deadline => {
+                waiter.timed_out = true;
+                Turn::Final
+            }
+            deadline => Turn::MayWait { deadline },
+        };
+        match commands::run_policy(ctx, key, waiter.policy, waiter.options, (now, turn)) {
+            Attempt::Done(_) => {
+                leave(waiter);
+                raw::Status::Ok as c_int
+            }
+            Attempt::Wait(at) => {
+                arm(&waiter.queue, at);
+                raw::Status::Err as c_int
+            }
+        }
+    }));
+    outcome.unwrap_or_else(|_| {
+        ffi::reply_error(
+            ctx,
+            "ERR internal error in the ratelimit module (please report it)",
+        );
+        raw::Status::Ok as c_int
+    })
+}
+
+/// The waiter's BLOCK timeout passed (or CLIENT UNBLOCK ... TIMEOUT): it is
+/// answered as the request stands now, never ahead of an earlier waiter.
+unsafe extern "C" fn on_timeout(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: the server calls this for a client `start` blocked.
+        let Some(waiter) = (unsafe { waiter_of(ctx) }) else {
+            return ffi::reply_error(ctx, "ERR the wait ended");
+        };
+        waiter.timed_out = true;
+        let first = is_first(waiter);
+        leave(waiter);
+        let name = &waiter.queue.1;
+        // SAFETY: ctx is live; the string is freed below.
+        let key = unsafe {
+            raw::RedisModule_CreateString.unwrap()(ctx, name.as_ptr().cast(), name.len())
+        };
+        let now = live_now();
+        let status = if first {
+            commands::run_policy(ctx, key, waiter.policy, waiter.options, (now, Turn::Final)).done()
+        } else {
+            // Earlier waiters come first: denied, whatever is free now.
+            commands::run_policy(ctx, key, waiter.policy, waiter.options, (now, Turn::Behind))
+                .done()
+        };
+        // SAFETY: created above, not used after.
+        unsafe { raw::RedisModule_FreeString.unwrap()(ctx, key) };
+        status
+    }));
+    outcome.unwrap_or_else(|_| {
+        ffi::reply_error(
+            ctx,
+            "ERR internal error in the ratelimit module (please report it)",
+        )
+    })
+}
+
+/// The server is done with the blocked client: answered, timed out, or gone.
+unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
+    if privdata.is_null() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `start` handed this box to the server, which frees it once.
+        let mut waiter = unsafe { Box::from_raw(privdata.cast::<Waiter>()) };
+        leave(&mut waiter);
+        WAITING.set(WAITING.get().saturating_sub(1));
+        metrics::record_unblock(waiter.timed_out);
+    }));
+}
+
+/// Tells waiters of `key` (in the context's db) that it changed: the first
+/// of them is tried again. Cheap when no client waits anywhere.
+pub fn key_changed(ctx: Ctx, key: Str) {
+    if WAITING.get() == 0 {
+        return;
+    }
+    let queue = (selected_db(ctx), ffi::bytes(key).to_vec());
+    if QUEUES.with_borrow(|q| q.contains_key(&queue)) {
+        // SAFETY: ctx and key are live for the command.
+        unsafe { raw::RedisModule_SignalKeyAsReady.unwrap()(ctx, key) };
+    }
+}
+
+/// What a wake-up timer carries: the queue to signal, and its generation.
+struct Wake {
+    queue: QueueKey,
+    generation: u64,
+}
+
+thread_local! {
+    static GENERATION: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Makes sure the first waiter of `queue` is tried at `at` at the latest.
+fn arm(queue: &QueueKey, at: Millis) {
+    QUEUES.with_borrow_mut(|queues| {
+        let Some(entry) = queues.get_mut(queue) else {
+            return;
+        };
+        if let Some((timer, when, _)) = entry.timer {
+            if when <= at {
+                return;
+            }
+            stop_timer(timer);
+            entry.timer = None;
+        }
+        let generation = GENERATION.replace(GENERATION.get() + 1);
+        let wake = Box::new(Wake {
+            queue: queue.clone(),
+            generation,
+        });
+        let delay = at.saturating_sub(live_now()).to_i64_saturating();
+        let ctx = TIMER_CTX.load(Ordering::Relaxed);
+        // SAFETY: the detached context lives as long as the module; the box
+        // comes back in `on_wake` or `stop_timer`, exactly once.
+        let timer = unsafe {
+            raw::RedisModule_CreateTimer.unwrap()(
+                ctx,
+                delay,
+                Some(on_wake),
+                Box::into_raw(wake).cast::<c_void>(),
+            )
+        };
+        entry.timer = Some((timer, at, generation));
+    });
+}
+
+fn stop_timer(timer: raw::RedisModuleTimerID) {
+    let mut data: *mut c_void = ptr::null_mut();
+    let ctx = TIMER_CTX.load(Ordering::Relaxed);
+    // SAFETY: the timer was created by `arm` with a boxed Wake; stopping it
+    // hands the box back (only when it had not fired).
+    unsafe {
+        if raw::RedisModule_StopTimer.unwrap()(ctx, timer, &mut data) == raw::Status::Ok as c_int
+            && !data.is_null()
+        {
+            drop(Box::from_raw(data.cast::<Wake>()));
+        }
+    }
+}
+
+/// A wake-up is due: signal the key ready, so the server tries its waiters.
+unsafe extern "C" fn on_wake(ctx: Ctx, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `arm` made this box; the server hands it back once.
+        let wake = unsafe { Box::from_raw(data.cast::<Wake>()) };
+        let current = QUEUES.with_borrow_mut(|queues| match queues.get_mut(&wake.queue) {
+            Some(entry) if entry.timer.is_some_and(|(_, _, g)| g == wake.generation) => {
+                entry.timer = None;
+                true
+            }
+            _ => false,
+        });
+        if !current {
+            return;
+        }
+        let (db, name) = &wake.queue;
+        // SAFETY: the timer's context is live during the callback; the
+        // string is freed below.
+        unsafe {
+            raw::RedisModule_SelectDb.unwrap()(ctx, *db);
+            let key = raw::RedisModule_CreateString.unwrap()(ctx, name.as_ptr().cast(), name.len());
+            raw::RedisModule_SignalKeyAsReady.unwrap()(ctx, key);
+            raw::RedisModule_FreeString.unwrap()(ctx, key);
+        }
+    }));
+}
