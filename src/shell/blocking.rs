@@ -42,6 +42,8 @@ struct Waiter {
     /// Set once it is answered or its time ran out: it has left the queue.
     done: bool,
     timed_out: bool,
+    /// Wakes the event loop just after the deadline (see `start`).
+    deadline_timer: Option<raw::RedisModuleTimerID>,
 }
 
 /// (db, key name): a key's queue.
@@ -127,7 +129,9 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
         deadline,
         done: false,
         timed_out: false,
+        deadline_timer: None,
     });
+    let waiter_ptr = Box::into_raw(waiter);
     let mut keys = [key_name];
     // SAFETY: ctx is the live command context; the server keeps its own
     // reference to the key name; the waiter box is handed to the server and
@@ -141,7 +145,7 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
             timeout.to_i64_saturating(),
             keys.as_mut_ptr(),
             1,
-            Box::into_raw(waiter).cast::<c_void>(),
+            waiter_ptr.cast::<c_void>(),
             raw::REDISMODULE_BLOCK_UNBLOCK_DELETED as c_int,
         )
     };
@@ -156,7 +160,38 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
     if let Some(at) = wake {
         arm(&queue, at);
     }
+    if let Some(deadline) = deadline {
+        // The server checks blocked clients' timeouts before it sleeps, and
+        // sleeps until its next timer (serverCron: up to 1000/hz ms). A timer
+        // just after the deadline makes the timeout land on time.
+        let delay = deadline.saturating_sub(live_now()).0.saturating_add(2);
+        let timer = create_timer(delay, Some(on_deadline), ptr::null_mut());
+        // SAFETY: the server owns the waiter until free_waiter, which runs
+        // on this thread after this command returns.
+        unsafe { (*waiter_ptr).deadline_timer = Some(timer) };
+    }
     raw::Status::Ok as c_int
+}
+
+/// Nothing to do: firing is the point (the event loop wakes, and the
+/// server answers the timed-out client before it sleeps again).
+unsafe extern "C" fn on_deadline(_ctx: Ctx, _data: *mut c_void) {}
+
+fn create_timer(
+    delay_ms: u64,
+    callback: raw::RedisModuleTimerProc,
+    data: *mut c_void,
+) -> raw::RedisModuleTimerID {
+    let ctx = TIMER_CTX.load(Ordering::Relaxed);
+    // SAFETY: the detached context lives as long as the module.
+    unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(
+            ctx,
+            i64::try_from(delay_ms).unwrap_or(i64::MAX),
+            callback,
+            data,
+        )
+    }
 }
 
 /// The waiter of a blocked-client callback.
@@ -220,6 +255,18 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
         let key = unsafe { raw::RedisModule_GetBlockedClientReadyKey.unwrap()(ctx) };
         if key.is_null() {
             return raw::Status::Err as c_int;
+        }
+        // In a cluster a key that vanished may have been migrated away (the
+        // server retries waiters of a deleted key without checking the slot
+        // is still ours): the client sends the call again and is routed to
+        // wherever the key lives now. Cluster clients retry TRYAGAIN.
+        if ffi::is_cluster(ctx) && !ffi::key_exists(ctx, key) {
+            ffi::reply_error(
+                ctx,
+                "TRYAGAIN the key of this waiting call is gone (deleted or migrated): call again",
+            );
+            leave(waiter);
+            return raw::Status::Ok as c_int;
         }
         let now = live_now();
         let turn = match waiter.deadline {
@@ -294,6 +341,9 @@ unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
         // SAFETY: `start` handed this box to the server, which frees it once.
         let mut waiter = unsafe { Box::from_raw(privdata.cast::<Waiter>()) };
         leave(&mut waiter);
+        if let Some(timer) = waiter.deadline_timer {
+            stop_timer(timer);
+        }
         WAITING.set(WAITING.get().saturating_sub(1));
         metrics::record_unblock(waiter.timed_out);
     }));
@@ -340,18 +390,9 @@ fn arm(queue: &QueueKey, at: Millis) {
             queue: queue.clone(),
             generation,
         });
-        let delay = at.saturating_sub(live_now()).to_i64_saturating();
-        let ctx = TIMER_CTX.load(Ordering::Relaxed);
-        // SAFETY: the detached context lives as long as the module; the box
-        // comes back in `on_wake` or `stop_timer`, exactly once.
-        let timer = unsafe {
-            raw::RedisModule_CreateTimer.unwrap()(
-                ctx,
-                delay,
-                Some(on_wake),
-                Box::into_raw(wake).cast::<c_void>(),
-            )
-        };
+        // The box comes back in `on_wake` or `stop_timer`, exactly once.
+        let data = Box::into_raw(wake).cast::<c_void>();
+        let timer = create_timer(at.saturating_sub(live_now()).0, Some(on_wake), data);
         entry.timer = Some((timer, at, generation));
     });
 }

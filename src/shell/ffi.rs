@@ -290,6 +290,11 @@ impl Key {
     }
 }
 
+/// Whether `name` holds a key (of any type) in the context's db.
+pub fn key_exists(ctx: Ctx, name: Str) -> bool {
+    Key::open(ctx, name, false).is_some()
+}
+
 impl Drop for Key {
     fn drop(&mut self) {
         // SAFETY: the handle was opened by `open` and is closed exactly once.
