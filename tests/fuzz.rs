@@ -128,10 +128,13 @@ const COMMANDS: &[&str] = &[
     "RL.UNLOCK",
     "RL.PEEK",
     "RL.APPLY",
+    "RL.LEASE",
+    "RL.RELEASE",
+    "RL.EXTEND",
 ];
 /// Keys the fuzz plays on; `str` and `hash` hold other types throughout.
 const KEYS: &[&str] = &[
-    "{f}tb", "{f}w", "{f}sl", "{f}g", "{f}x", "{f}y", "str", "hash",
+    "{f}tb", "{f}w", "{f}sl", "{f}g", "{f}x", "{f}y", "{f}l", "str", "hash",
 ];
 const STRING_VALUE: &str = "not a limiter";
 
@@ -168,6 +171,15 @@ fn options(g: &mut Gen, out: &mut Argv) {
     }
 }
 
+/// A lease id: well formed (never granted, or rarely a guess) or not.
+fn lease_id(g: &mut Gen) -> Vec<u8> {
+    match g.below(5) {
+        0..=2 => format!("{:016x}", (g.0)()).into_bytes(),
+        1 => word(g.pick(&["0000000000000000", "ffffffffffffffff", "0123456789ABCDEF"])),
+        _ => junk(g),
+    }
+}
+
 /// A limiter spec as RL.ALL takes it.
 fn limiter(g: &mut Gen) -> Argv {
     let limit = word(g.pick(&["1", "3", "10"]));
@@ -200,6 +212,8 @@ fn valid(g: &mut Gen) -> Argv {
         }
         "RL.REFUND" => out.extend([key, word(g.pick(&["1", "5"]))]),
         "RL.UNLOCK" | "RL.PEEK" => out.push(key),
+        "RL.RELEASE" => out.extend([key, lease_id(g)]),
+        "RL.EXTEND" => out.extend([key, lease_id(g), period]),
         "RL.APPLY" => out.extend([key, junk(g)]),
         "RL.TOKENBUCKET" | "RL.GCRA" => out.extend([key, limit, word("1"), period]),
         "RL.THROTTLE" | "CL.THROTTLE" => {
@@ -208,7 +222,10 @@ fn valid(g: &mut Gen) -> Argv {
         }
         _ => out.extend([key, limit, period]),
     }
-    if !matches!(name, "RL.REFUND" | "RL.UNLOCK" | "RL.PEEK" | "RL.APPLY") {
+    if !matches!(
+        name,
+        "RL.REFUND" | "RL.UNLOCK" | "RL.PEEK" | "RL.APPLY" | "RL.RELEASE" | "RL.EXTEND"
+    ) {
         if name == "RL.WINDOW" && g.chance(50) {
             out.push(word("SLIDING"));
         }
@@ -232,6 +249,11 @@ fn case(g: &mut Gen) -> Argv {
     }
     let mut out = valid(g);
     if g.chance(40) {
+        // BLOCK only on calls left whole: a mutation could make it wait
+        // with no timeout. A short wait is answered like any call.
+        if g.chance(10) && !matches!(out[0].as_slice(), b"CL.THROTTLE" | b"RL.THROTTLE") {
+            out.extend([word("BLOCK"), word(g.pick(&["5ms", "20ms"]))]);
+        }
         return out;
     }
     for _ in 0..1 + g.below(3) {
@@ -524,6 +546,10 @@ fn sample_dumps(con: &mut Connection) -> Vec<Vec<u8>> {
     keys.push("src:log".into());
     q(con, &argv!["CL.THROTTLE", "src:cell", 5, 10, 60, 3]);
     keys.push("src:cell".into());
+    for cost in [1, 2, 1] {
+        q(con, &argv!["RL.LEASE", "src:lease", 5, "1h", "COST", cost]);
+    }
+    keys.push("src:lease".into());
     keys.iter()
         .map(|k| dump(con, k).expect("a limiter"))
         .collect()
@@ -576,6 +602,10 @@ fn exercise_loaded(con: &mut Connection, key: &str, context: &str) {
         argv!["RL.UNLOCK", key],
         argv!["CL.THROTTLE", key, 3, 1, 60],
         argv!["RL.ALL", 1, key, "WINDOW", 3, "1h"],
+        argv!["RL.LEASE", key, 3, "1h"],
+        argv!["RL.LEASE", key, 3, "1h", "COST", 0],
+        argv!["RL.RELEASE", key, "0123456789abcdef"],
+        argv!["RL.EXTEND", key, "0123456789abcdef", "1h"],
         argv!["MEMORY", "USAGE", key],
         argv!["DEBUG", "DIGEST-VALUE", key],
         argv!["PTTL", key],
@@ -733,6 +763,11 @@ fn fuzz_apply_of_mutated_effects() {
     q(&mut con, &argv!["RL.REFUND", "src:log", 2]);
     q(&mut con, &argv!["RL.REFUND", "src:token bucket", 2]);
     q(&mut con, &argv!["RL.UNLOCK", "src:locked:GCRA"]);
+    // Lease grants, a release and an extension.
+    let grant = q(&mut con, &argv!["RL.LEASE", "src:lease", 5, "1h"]);
+    let id = string(&array(&grant)[5]);
+    q(&mut con, &argv!["RL.EXTEND", "src:lease", &id, "2h"]);
+    q(&mut con, &argv!["RL.RELEASE", "src:lease", &id]);
     let effects = applied_effects(server.dir());
     assert!(
         effects.len() > 20,
@@ -750,6 +785,7 @@ fn fuzz_apply_of_mutated_effects() {
         "src:log",
         "src:fixed window",
         "src:GCRA",
+        "src:lease",
         "lim",
     ];
     let (mut refused, mut applied) = (0u64, 0u64);
