@@ -175,7 +175,7 @@ fn options(g: &mut Gen, out: &mut Argv) {
 fn lease_id(g: &mut Gen) -> Vec<u8> {
     match g.below(5) {
         0..=2 => format!("{:016x}", (g.0)()).into_bytes(),
-        1 => word(g.pick(&["0000000000000000", "ffffffffffffffff", "0123456789ABCDEF"])),
+        3 => word(g.pick(&["0000000000000000", "ffffffffffffffff", "0123456789ABCDEF"])),
         _ => junk(g),
     }
 }

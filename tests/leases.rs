@@ -167,7 +167,7 @@ fn reply_shape_and_exact_values_in_resp2_and_resp3() {
         };
         let key = format!("shape:{resp3}");
         let cmd = argv!["RL.LEASE", &key, 3, "10s"];
-        let (t1, items) = timed(&mut con, &[cmd.clone()]);
+        let (t1, items) = timed(&mut con, std::slice::from_ref(&cmd));
         match (&items[0], resp3) {
             (Value::Array(_), false) | (Value::Map(_), true) => {}
             (other, _) => panic!("RESP3 {resp3}: unexpected reply type {other:?}"),
