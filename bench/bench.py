@@ -159,6 +159,9 @@ def cases(server, with_lua, cell_server=None):
              ["RL.ALL", "2", f"a1:{keyname}", f"a2:{keyname}",
               "TOKENBUCKET", "1000000", "1000", "1s", "WINDOW", "1000000", "1m"]),
         ]
+        if keyname != "hot":
+            # A hot key would fill up (100,000 leases of 1 min) and measure denials.
+            out.append((f"RL.LEASE acquire ({label})", "rl", ["RL.LEASE", f"ls:{keyname}", "100000", "1m"]))
         for limit in (10, 1000, 100000):
             out.append((f"RL.SLIDINGLOG limit {limit} ({label})", "rl",
                         ["RL.SLIDINGLOG", f"sl{limit}:{keyname}", str(limit), "10s"]))
@@ -223,6 +226,81 @@ def with_replica(server, todo, reps, requests):
         return measure_throughput(server, subset, reps, requests, latency=False)
     finally:
         replica.stop()
+
+
+def lease_pairs(server, pairs):
+    """Acquire + release pairs per second from one client pipelining 1,000
+    of each (valkey-benchmark cannot feed a reply's lease id into the next
+    command). Bound by this Python client as much as by the server."""
+    c = server.client
+    keys = 1000
+    start = time.perf_counter()
+    done = 0
+    while done < pairs:
+        batch = min(1000, pairs - done)
+        acquired = []
+        for i in range(batch):
+            c.send("RL.LEASE", f"lp:{(done + i) % keys}", "100", "1m")
+        for i in range(batch):
+            reply = c.read()
+            acquired.append((f"lp:{(done + i) % keys}", reply[5]))
+        for key, lease_id in acquired:
+            c.send("RL.RELEASE", key, lease_id)
+        for _ in acquired:
+            if c.read() != 1:
+                raise RuntimeError("a release found no lease")
+        done += batch
+    return pairs / (time.perf_counter() - start)
+
+
+def server_ms(c):
+    secs, micros = c.call("TIME")
+    return int(secs) * 1000 + int(micros) / 1000
+
+
+def wake_latency(server, rounds):
+    """How long after its permit is due a blocked client has its reply, in
+    ms on the machine's clock (server and client share it): woken by the
+    module's timer (token bucket refill), and by a release (lease)."""
+    c, waiter = server.client, Client(server.port)
+    timer, release = [], []
+    for i in range(rounds):
+        key = f"wake:{i}"
+        c.call("RL.TOKENBUCKET", key, "1", "1", "100ms")
+        c.send("MULTI")
+        c.send("TIME")
+        c.send("RL.TOKENBUCKET", key, "1", "1", "100ms", "DRYRUN")
+        c.read(), c.read(), c.read()
+        (secs, micros), reply = c.call("EXEC")
+        due = int(secs) * 1000 + int(micros) / 1000 + reply[3]
+        waiter.send("RL.TOKENBUCKET", key, "1", "1", "100ms", "BLOCK", "5s")
+        if waiter.read()[0] != 1:
+            raise RuntimeError("the waiter was not granted")
+        timer.append(time.time() * 1000 - due)
+        lease = f"wakel:{i}"
+        held = c.call("RL.LEASE", lease, "1", "1m")[5]
+        waiter.send("RL.LEASE", lease, "1", "1m", "BLOCK", "5s")
+        while c.info("ratelimit").get("ratelimit_blocked_clients") != "1":
+            time.sleep(0.001)
+        sent = time.time() * 1000
+        c.call("RL.RELEASE", lease, held)
+        if waiter.read()[0] != 1:
+            raise RuntimeError("the lease waiter was not granted")
+        release.append(time.time() * 1000 - sent)
+    waiter.sock.close()
+    q = lambda xs: (statistics.median(xs), sorted(xs)[min(len(xs) - 1, int(len(xs) * 0.99))])
+    return {"timer": q(timer), "release": q(release)}
+
+
+def blocking_table(pairs_per_s, wake):
+    lines = ["", f"RL.LEASE + RL.RELEASE pairs from one Python client (pipeline 1000, 1,000 keys): "
+             f"{pairs_per_s:,.0f} pairs/s", "",
+             "| blocked client woken by | median ms after due | p99 ms |", "|---|---:|---:|"]
+    labels = {"timer": "the module's timer (token bucket refill due)",
+              "release": "RL.RELEASE from another client (from sending it)"}
+    for name, (median, p99) in wake.items():
+        lines.append(f"| {labels[name]} | {median:.2f} | {p99:.2f} |")
+    return "\n".join(lines) + "\n"
 
 
 def used_memory(c):
@@ -367,7 +445,12 @@ def main():
         print("memory", file=sys.stderr)
         memory = memory_per_limiter(server, limiters, with_lua)
         log_bytes = sliding_log_entry_bytes(server, log_sizes, with_lua)
-        text = table(throughput, memory, log_bytes, machine()) + replica_table(throughput, replicated)
+        server.client.call("FLUSHALL", "SYNC")
+        print("leases and blocked clients", file=sys.stderr)
+        pairs_per_s = lease_pairs(server, 20_000 if args.quick else 200_000)
+        wake = wake_latency(server, 10 if args.quick else 100)
+        text = table(throughput, memory, log_bytes, machine()) + replica_table(throughput, replicated) \
+            + blocking_table(pairs_per_s, wake)
     finally:
         server.stop()
         if cell_server:
