@@ -33,6 +33,7 @@ const COST_RANGE: &str = "an integer from 0 to 1000000000000000";
 const BLOCK_RANGE: &str =
     "0 (no timeout) or a duration from 1ms to 3650d (a bare integer is seconds)";
 const LEASE_LIMIT_RANGE: &str = "an integer from 1 to 100000";
+const LEASE_COST_RANGE: &str = "an integer from 0 to 100000 for a lease";
 const DURATION_RANGE: &str = "a duration from 1ms to 3650d: an integer with an optional unit ms, s, m, h or d (a bare integer is seconds)";
 
 fn must_be(name: &str, what: &str) -> ArgError {
@@ -299,7 +300,18 @@ pub fn lease(args: &(impl Args + ?Sized)) -> Result<(LeaseParams, Options), ArgE
             .ok_or_else(|| must_be("limit", LEASE_LIMIT_RANGE))?,
         ttl: duration(args.get(1), "ttl")?,
     };
-    let options = options(args, 2, None)?;
+    // The shared option parser names every option and the largest COST;
+    // a lease takes fewer of both.
+    let options = options(args, 2, None).map_err(|ArgError(message)| {
+        ArgError(
+            message
+                .replace(
+                    "(expected COST, DRYRUN, PARTIAL, LOCKOUT, BRIEF or BLOCK)",
+                    "(expected COST, DRYRUN or BLOCK)",
+                )
+                .replace(COST_RANGE, LEASE_COST_RANGE),
+        )
+    })?;
     if options.partial || options.lockout.is_some() || options.brief {
         return Err(ArgError(
             "ERR RL.LEASE takes only COST, DRYRUN and BLOCK (PARTIAL, LOCKOUT and BRIEF do not apply to leases)"
@@ -307,7 +319,7 @@ pub fn lease(args: &(impl Args + ?Sized)) -> Result<(LeaseParams, Options), ArgE
         ));
     }
     if options.cost > MAX_LEASE_LIMIT {
-        return Err(must_be("COST", "an integer from 0 to 100000 for a lease"));
+        return Err(must_be("COST", LEASE_COST_RANGE));
     }
     Ok((params, options))
 }

@@ -517,3 +517,34 @@ fn a_primary_turned_replica_answers_its_waiters() {
     assert!(error.starts_with("UNBLOCKED"), "{error}");
     until_waiting(&mut watcher, 0);
 }
+
+#[test]
+fn paused_writes_hold_the_grant_until_the_pause_ends() {
+    // A grant propagates; during CLIENT PAUSE WRITE nothing may be
+    // propagated (the server asserts it), so the waiter waits out the pause.
+    let (primary, replica) = primary_and_replica(&[]);
+    let mut watcher = primary.conn();
+    let mut con = primary.conn();
+    let cmd = argv!["RL.TOKENBUCKET", "p", 1, 1, "200ms"];
+    assert!(rl(&mut con, &cmd).allowed);
+    let mut blocking = cmd.clone();
+    blocking.extend(argv!["BLOCK", "10s"]);
+    let waiter = spawn_waiting(&primary, &mut watcher, blocking);
+    let paused_at = server_time_ms(&mut con);
+    q(&mut con, &argv!["CLIENT", "PAUSE", 800, "WRITE"]);
+    let answered = waiter.join().expect("waiter");
+    assert!(Reply::parse(&answered.reply).allowed);
+    assert!(
+        answered.after >= paused_at + 800,
+        "granted at {} during the pause that began at {paused_at}",
+        answered.after
+    );
+    primary.conn();
+    sync_replica(&primary, &replica);
+    let keys = vec!["p".to_string()];
+    let mut rcon = replica.conn();
+    assert_eq!(
+        digests_and_expiries(&mut con, &keys),
+        digests_and_expiries(&mut rcon, &keys)
+    );
+}

@@ -279,7 +279,7 @@ fn command_docs_list_every_argument() {
             .collect()
     };
     let options = ["cost", "dryrun", "partial", "duration", "brief"];
-    let expected: [(&str, &[&str]); 11] = [
+    let expected: [(&str, &[&str]); 14] = [
         (
             "rl.tokenbucket",
             &["key", "capacity", "refill_amount", "refill_period"],
@@ -300,13 +300,27 @@ fn command_docs_list_every_argument() {
         ("rl.unlock", &["key"]),
         ("rl.peek", &["key"]),
         ("rl.apply", &["key", "effect"]),
+        (
+            "rl.lease",
+            &["key", "limit", "ttl", "cost", "dryrun", "timeout"],
+        ),
+        ("rl.release", &["key", "lease_id"]),
+        ("rl.extend", &["key", "lease_id", "ttl"]),
     ];
     for (command, positional) in expected {
         let mut want: Vec<&str> = positional.to_vec();
         let takes_options = !positional.contains(&"quantity")
-            && !matches!(command, "rl.refund" | "rl.unlock" | "rl.peek" | "rl.apply");
+            && !command.starts_with("rl.lease")
+            && !matches!(
+                command,
+                "rl.refund" | "rl.unlock" | "rl.peek" | "rl.apply" | "rl.release" | "rl.extend"
+            );
         if takes_options {
             want.extend(options);
+            // Every single-limiter command waits with BLOCK; RL.ALL does not.
+            if command != "rl.all" {
+                want.push("timeout");
+            }
         }
         assert_eq!(names(&mut con, command), want, "{command}");
     }

@@ -80,6 +80,14 @@ fn live_now() -> Millis {
     Millis(u64::try_from(ms).unwrap_or(0))
 }
 
+/// How often a waiter is tried while writes are paused.
+const PAUSED_RETRY: Millis = Millis(10);
+
+fn avoid_replica_traffic() -> bool {
+    // SAFETY: a plain query of the server's pause state.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() != 0 }
+}
+
 /// Whether this call may block its client: not inside MULTI/EXEC or a
 /// script, not replicated or loaded from the AOF, and not where the server
 /// forbids it (e.g. a command called from a module).
@@ -150,8 +158,10 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
         )
     };
     if blocked.is_null() {
-        // Not reached where can_block holds; free_waiter ran already if the
-        // server refused. Answer at once rather than hang.
+        // Valkey 9 refuses clients that are not plain connections (and
+        // never takes the private data then). Answer at once.
+        // SAFETY: the server did not take the box.
+        drop(unsafe { Box::from_raw(waiter_ptr) });
         return commands::run_policy(ctx, key_name, policy, options, (now, Turn::Final)).done();
     }
     QUEUES.with_borrow_mut(|q| q.entry(queue.clone()).or_default().waiters.push_back(id));
@@ -251,6 +261,12 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
         if waiter.done || !is_first(waiter) {
             return raw::Status::Err as c_int;
         }
+        // During CLIENT PAUSE WRITE (and a failover's pause) nothing may be
+        // propagated: a grant here would crash the server. Try again soon.
+        if avoid_replica_traffic() {
+            arm(&waiter.queue, live_now().saturating_add(PAUSED_RETRY));
+            return raw::Status::Err as c_int;
+        }
         // SAFETY: within a reply callback the ready key is live.
         let key = unsafe { raw::RedisModule_GetBlockedClientReadyKey.unwrap()(ctx) };
         if key.is_null() {
@@ -313,6 +329,8 @@ unsafe extern "C" fn on_timeout(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_in
             raw::RedisModule_CreateString.unwrap()(ctx, name.as_ptr().cast(), name.len())
         };
         let now = live_now();
+        // Paused writes (see on_ready): answer without taking anything.
+        let first = first && !avoid_replica_traffic();
         let status = if first {
             commands::run_policy(ctx, key, waiter.policy, waiter.options, (now, Turn::Final)).done()
         } else {

@@ -289,7 +289,9 @@ pub fn run_policy(
             let decision = policy.decide_request(state, now, options.request());
             let answer = match policy {
                 Policy::Lease { params, id } => {
-                    let granted = matches!(decision.effect, Some(Effect::Lease(_)));
+                    // A dry run decides a grant but stores none: no id to give.
+                    let granted =
+                        !options.dry_run && matches!(decision.effect, Some(Effect::Lease(_)));
                     Answer::Lease(decision.outcome, granted.then_some((id, params.ttl)))
                 }
                 _ if options.partial => Answer::Partial(decision.outcome, decision.granted),
