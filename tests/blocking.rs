@@ -10,32 +10,6 @@ use redis::{Connection, Value};
 use std::thread::{self, sleep, JoinHandle};
 use std::time::{Duration, Instant};
 
-/// Clients waiting in the module (INFO `ratelimit_blocked_clients`).
-fn waiting(con: &mut Connection) -> i64 {
-    let text = info(con, "ratelimit");
-    field(&text, "ratelimit_blocked_clients")
-        .unwrap_or_else(|| panic!("no ratelimit_blocked_clients in:\n{text}"))
-        .parse()
-        .expect("ratelimit_blocked_clients")
-}
-
-fn stat(con: &mut Connection, name: &str) -> i64 {
-    let text = info(con, "ratelimit");
-    field(&text, &format!("ratelimit_{name}"))
-        .unwrap_or_else(|| panic!("no ratelimit_{name} in:\n{text}"))
-        .parse()
-        .expect("INFO counter")
-}
-
-/// Waits until `n` clients wait (30 s at most).
-fn until_waiting(con: &mut Connection, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while waiting(con) != n {
-        assert!(Instant::now() < deadline, "never {n} waiting clients");
-        sleep(Duration::from_millis(2));
-    }
-}
-
 /// What one blocking call came to, with the server's clock before it was
 /// sent and after its reply arrived (on the same connection).
 struct Answered {
@@ -122,7 +96,7 @@ fn a_waiter_is_granted_when_its_permit_is_due() {
         // Exactly one permit was taken: the next one is denied again.
         assert!(!rl(&mut con, &cmd).allowed, "{key}: one permit only");
     }
-    assert_eq!(stat(&mut con, "blocks"), 4);
+    assert_eq!(rl_stat(&mut con, "blocks"), 4);
     assert_eq!(waiting(&mut con), 0);
 }
 
@@ -138,11 +112,11 @@ fn a_permit_that_cannot_come_in_time_is_refused_at_once() {
     let reply = Reply::parse(&answered.reply);
     assert!(!reply.allowed);
     assert!(reply.retry_after > 1000, "{reply:?}");
-    assert_eq!(stat(&mut con, "blocks"), 0, "it never waited");
+    assert_eq!(rl_stat(&mut con, "blocks"), 0, "it never waited");
     // Never: a cost above the capacity is refused at once too.
     let never = argv!["RL.TOKENBUCKET", "tb", 2, 1, "1s", "COST", 3, "BLOCK", 0];
     assert_eq!(rl(&mut con, &never).retry_after, -1);
-    assert_eq!(stat(&mut con, "blocks"), 0);
+    assert_eq!(rl_stat(&mut con, "blocks"), 0);
 }
 
 #[test]
@@ -167,7 +141,7 @@ fn a_lease_waiter_is_answered_at_its_timeout() {
         waited < 700 + 500,
         "answered {waited} ms after the call, long past its timeout"
     );
-    assert_eq!(stat(&mut con, "block_timeouts"), 1);
+    assert_eq!(rl_stat(&mut con, "block_timeouts"), 1);
     assert_eq!(waiting(&mut con), 0);
 }
 
@@ -377,7 +351,7 @@ fn inside_multi_and_scripts_block_answers_at_once() {
         !Reply::parse(&reply).allowed,
         "denied at once inside a script"
     );
-    assert_eq!(stat(&mut con, "blocks"), 0);
+    assert_eq!(rl_stat(&mut con, "blocks"), 0);
 }
 
 #[test]
@@ -399,11 +373,11 @@ fn shadow_mode_and_dry_runs() {
         &mut con,
         &argv!["CONFIG", "SET", "ratelimit.shadow-mode", "yes"],
     );
-    let blocks = stat(&mut con, "blocks");
+    let blocks = rl_stat(&mut con, "blocks");
     let mut blocking = cmd.clone();
     blocking.extend(argv!["BLOCK", "5s"]);
     assert!(rl(&mut con, &blocking).allowed);
-    assert_eq!(stat(&mut con, "blocks"), blocks);
+    assert_eq!(rl_stat(&mut con, "blocks"), blocks);
 }
 
 #[test]
@@ -455,24 +429,14 @@ fn a_grant_is_propagated_when_it_is_made() {
     let cmd = argv!["RL.TOKENBUCKET", "r", 1, 1, "800ms"];
     assert!(rl(&mut con, &cmd).allowed);
     sync_replica(&primary, &replica);
-    let applied = |rcon: &mut Connection| {
-        let text = info(rcon, "commandstats");
-        field(&text, "cmdstat_rl.apply")
-            .and_then(|v| {
-                v.split(',')
-                    .next()
-                    .map(|c| c.trim_start_matches("calls=").to_string())
-            })
-            .map_or(0, |c| c.parse::<i64>().unwrap_or(0))
-    };
-    let before = applied(&mut rcon);
+    let before = applied_calls(&mut rcon);
     let mut blocking = cmd.clone();
     blocking.extend(argv!["BLOCK", "5s"]);
     let waiter = spawn_waiting(&primary, &mut watcher, blocking);
     // While it waits, nothing reaches the replica.
     sync_replica(&primary, &replica);
     assert_eq!(
-        applied(&mut rcon),
+        applied_calls(&mut rcon),
         before,
         "a waiting request propagated something"
     );
@@ -480,7 +444,7 @@ fn a_grant_is_propagated_when_it_is_made() {
     assert!(Reply::parse(&answered.reply).allowed);
     sync_replica(&primary, &replica);
     assert_eq!(
-        applied(&mut rcon),
+        applied_calls(&mut rcon),
         before + 1,
         "the grant propagates one effect"
     );
@@ -547,4 +511,46 @@ fn paused_writes_hold_the_grant_until_the_pause_ends() {
         digests_and_expiries(&mut con, &keys),
         digests_and_expiries(&mut rcon, &keys)
     );
+}
+
+#[test]
+fn a_waiter_behind_others_times_out_on_time_and_takes_nothing() {
+    let server = Server::start();
+    let mut watcher = server.conn();
+    let mut con = server.conn();
+    // One slot, held for a minute: the first waiter waits for it with no
+    // timeout, the second gives up after 400 ms.
+    let reply = q(&mut con, &argv!["RL.LEASE", "t", 1, "1m"]);
+    let id = string(&array(&reply)[5]);
+    let first = spawn_waiting(
+        &server,
+        &mut watcher,
+        argv!["RL.LEASE", "t", 1, "1m", "BLOCK", 0],
+    );
+    let second = spawn_waiting(
+        &server,
+        &mut watcher,
+        argv!["RL.LEASE", "t", 1, "1m", "BLOCK", "400ms"],
+    );
+    let second = second.join().expect("second");
+    let items = array(&second.reply);
+    assert_eq!(int(&items[0]), 0, "denied at its timeout: {items:?}");
+    assert_eq!(items[5], Value::Nil);
+    let waited = second.after - second.before;
+    assert!(
+        waited >= 400,
+        "answered after {waited} ms, before its timeout"
+    );
+    assert!(waited < 400 + 300, "answered {waited} ms after the call");
+    // The first still waits, and gets the slot when it is released.
+    assert_eq!(waiting(&mut watcher), 1);
+    assert_eq!(int(&q(&mut con, &argv!["RL.RELEASE", "t", &id])), 1);
+    let first = first.join().expect("first");
+    assert_eq!(int(&array(&first.reply)[0]), 1);
+    // A peek with BLOCK never waits.
+    let peek = q(
+        &mut con,
+        &argv!["RL.LEASE", "t", 1, "1m", "COST", 0, "BLOCK", 0],
+    );
+    assert_eq!(int(&array(&peek)[0]), 1);
 }

@@ -9,21 +9,6 @@ use common::cluster::*;
 use common::*;
 use redis::Value;
 use std::thread;
-use std::time::{Duration, Instant};
-
-fn waiting(con: &mut redis::Connection) -> i64 {
-    field(&info(con, "ratelimit"), "ratelimit_blocked_clients")
-        .and_then(|v| v.parse().ok())
-        .expect("ratelimit_blocked_clients")
-}
-
-fn until_waiting(con: &mut redis::Connection, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while waiting(con) != n {
-        assert!(Instant::now() < deadline, "never {n} waiting clients");
-        thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Holds the one slot of lease key `key` on `node` and starts a waiter for
 /// it there; returns the held lease's id and the waiter.

@@ -130,27 +130,6 @@ fn unknown_id() -> String {
     format!("{:016x}", rand::random::<u64>())
 }
 
-/// INFO `ratelimit_<name>`.
-fn stat(con: &mut Connection, name: &str) -> i64 {
-    let text = info(con, "ratelimit");
-    field(&text, &format!("ratelimit_{name}"))
-        .unwrap_or_else(|| panic!("no ratelimit_{name} in:\n{text}"))
-        .parse()
-        .expect("INFO counter")
-}
-
-/// How many RL.APPLY the server ran (its `cmdstat_rl.apply` calls).
-fn applied(con: &mut Connection) -> i64 {
-    let text = info(con, "commandstats");
-    field(&text, "cmdstat_rl.apply").map_or(0, |v| {
-        v.split(',')
-            .next()
-            .and_then(|c| c.strip_prefix("calls="))
-            .and_then(|c| c.parse().ok())
-            .unwrap_or_else(|| panic!("cmdstat_rl.apply:{v}"))
-    })
-}
-
 // ---------------------------------------------------------------------------
 // Reply and decisions
 
@@ -303,7 +282,7 @@ fn cost_weights_peek_and_dryrun_write_nothing() {
     sync_replica(&primary, &replica);
     let digest_before = digest(&mut con, key);
     let offset = repl_offset(&mut con);
-    let applied_before = applied(&mut rcon);
+    let applied_before = applied_calls(&mut rcon);
 
     // Peeks and dry runs, on the full key and on a fresh one.
     let peek = lease(&mut con, &ask(0));
@@ -364,7 +343,7 @@ fn cost_weights_peek_and_dryrun_write_nothing() {
         "a peek or dry run propagated"
     );
     sync_replica(&primary, &replica);
-    assert_eq!(applied(&mut rcon), applied_before);
+    assert_eq!(applied_calls(&mut rcon), applied_before);
 }
 
 /// RL.LEASE ... DRYRUN decides only: its reply must carry no lease id (no
@@ -439,7 +418,7 @@ fn concurrent_holders_never_exceed_the_limit() {
         "only {grants} grants: slots were not reused"
     );
     let mut con = server.conn();
-    assert_eq!(stat(&mut con, "releases"), grants as i64);
+    assert_eq!(rl_stat(&mut con, "releases"), grants as i64);
     let after = lease(
         &mut con,
         &argv!["RL.LEASE", "pool", LIMIT, "60s", "COST", 0],
@@ -729,8 +708,8 @@ fn release_and_extend_race_on_one_lease() {
     for h in handles {
         h.join().expect("client thread panicked");
     }
-    assert_eq!(stat(&mut con, "extends"), extended);
-    assert_eq!(stat(&mut con, "releases"), ROUNDS as i64);
+    assert_eq!(rl_stat(&mut con, "extends"), extended);
+    assert_eq!(rl_stat(&mut con, "releases"), ROUNDS as i64);
 }
 
 // ---------------------------------------------------------------------------
@@ -927,7 +906,7 @@ fn replica_follows_by_one_effect_per_change() {
     let (primary, replica) = primary_and_replica(&[]);
     let mut con = primary.conn();
     let mut rcon = replica.conn();
-    let applied_before = applied(&mut rcon);
+    let applied_before = applied_calls(&mut rcon);
     let mut changes = 0;
     let mut keys: Vec<String> = Vec::new();
     let mut held: Vec<(String, String)> = Vec::new();
@@ -999,7 +978,7 @@ fn replica_follows_by_one_effect_per_change() {
     }
     assert!(!exists(&mut rcon, "rep:none"));
     assert_eq!(
-        applied(&mut rcon) - applied_before,
+        applied_calls(&mut rcon) - applied_before,
         changes as i64,
         "one RL.APPLY per grant, release and extension that changed something"
     );
@@ -1273,7 +1252,7 @@ fn info_counts_each_action_once() {
         "errors",
         "tokenbucket_allowed",
     ];
-    let before: Vec<i64> = names.iter().map(|n| stat(&mut con, n)).collect();
+    let before: Vec<i64> = names.iter().map(|n| rl_stat(&mut con, n)).collect();
     let ids: Vec<String> = (0..3).map(|_| granted(&mut con, "c", 3, "1h")).collect();
     assert!(!acquire(&mut con, "c", 3, "1h").allowed);
     assert!(!lease(&mut con, &argv!["RL.LEASE", "c", 3, "1h", "COST", 4]).allowed);
@@ -1288,7 +1267,7 @@ fn info_counts_each_action_once() {
     assert_eq!(extend(&mut con, "c", &ids[0], "2h"), 0);
     q_err(&mut con, &argv!["RL.LEASE", "c", 0, "1h"]);
     q_err(&mut con, &argv!["RL.RELEASE", "c", "nothex"]);
-    let after: Vec<i64> = names.iter().map(|n| stat(&mut con, n)).collect();
+    let after: Vec<i64> = names.iter().map(|n| rl_stat(&mut con, n)).collect();
     let moved: Vec<(&str, i64)> = names
         .iter()
         .zip(before.iter().zip(&after))

@@ -111,8 +111,9 @@ fn selected_db(ctx: Ctx) -> c_int {
 /// would be denied now and a wait could grant it, or others wait already.
 pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout: Millis) -> c_int {
     let now = ffi::now();
-    if !can_block(ctx) {
-        // Inside MULTI/EXEC or a script nothing can wait: answer at once.
+    // Inside MULTI/EXEC or a script nothing can wait; a peek (COST 0) asks
+    // for nothing, so it never waits either, nor queues behind waiters.
+    if !can_block(ctx) || options.cost == 0 {
         return commands::run_policy(ctx, key_name, policy, options, (now, Turn::Final)).done();
     }
     let deadline = (timeout > Millis::ZERO).then(|| now.saturating_add(timeout));

@@ -72,8 +72,10 @@ const fn block(name: &'static CStr, token: &'static CStr, sub: &'static [Arg]) -
     }
 }
 
+/// The positional arguments, the options every limiter command takes, then
+/// any options of its own.
 macro_rules! with_options {
-    ($($arg:expr),* $(,)?) => {
+    ($($arg:expr),* $(,)? ; $($extra:expr),*) => {
         &[
             $($arg,)*
             option(c"COST", int(c"cost")),
@@ -81,22 +83,16 @@ macro_rules! with_options {
             flag(c"partial", c"PARTIAL"),
             option(c"LOCKOUT", duration(c"duration")),
             flag(c"brief", c"BRIEF"),
+            $($extra,)*
         ]
     };
+    ($($arg:expr),* $(,)?) => { with_options![$($arg),* ;] };
 }
 
 /// The options plus BLOCK: the single-limiter commands.
 macro_rules! with_block_options {
     ($($arg:expr),* $(,)?) => {
-        &[
-            $($arg,)*
-            option(c"COST", int(c"cost")),
-            flag(c"dryrun", c"DRYRUN"),
-            flag(c"partial", c"PARTIAL"),
-            option(c"LOCKOUT", duration(c"duration")),
-            flag(c"brief", c"BRIEF"),
-            option(c"BLOCK", duration(c"timeout")),
-        ]
+        with_options![$($arg),* ; option(c"BLOCK", duration(c"timeout"))]
     };
 }
 

@@ -96,22 +96,10 @@ pub fn reply_null(ctx: Ctx) -> c_int {
 /// Replies with named integers: a map under RESP3, an array of the values
 /// (in order) under RESP2.
 pub fn reply_fields(ctx: Ctx, fields: &[(&CStr, i64)]) -> c_int {
-    let resp3 = is_resp3(ctx);
-    // SAFETY: ctx is live; names are static NUL-terminated strings.
-    unsafe {
-        if resp3 {
-            raw::RedisModule_ReplyWithMap.unwrap()(ctx, fields.len() as _);
-        } else {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, fields.len() as _);
-        }
-        for (name, value) in fields {
-            if resp3 {
-                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, name.as_ptr());
-            }
-            raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *value);
-        }
-    }
-    raw::Status::Ok as c_int
+    reply_named(ctx, fields, |n| {
+        // SAFETY: ctx is the live command context.
+        unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *n) };
+    })
 }
 
 /// A reply value of a mixed reply.
@@ -123,19 +111,9 @@ pub enum Value<'a> {
 
 /// Replies with named values: a map under RESP3, an array under RESP2.
 pub fn reply_values(ctx: Ctx, fields: &[(&CStr, Value)]) -> c_int {
-    let resp3 = is_resp3(ctx);
-    // SAFETY: ctx is live; names are static NUL-terminated strings; bulk
-    // strings are copied by the server.
-    unsafe {
-        if resp3 {
-            raw::RedisModule_ReplyWithMap.unwrap()(ctx, fields.len() as _);
-        } else {
-            raw::RedisModule_ReplyWithArray.unwrap()(ctx, fields.len() as _);
-        }
-        for (name, value) in fields {
-            if resp3 {
-                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, name.as_ptr());
-            }
+    reply_named(ctx, fields, |value| {
+        // SAFETY: ctx is live; bulk strings are copied by the server.
+        unsafe {
             match value {
                 Value::Int(n) => raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *n),
                 Value::Bulk(b) => {
@@ -143,6 +121,26 @@ pub fn reply_values(ctx: Ctx, fields: &[(&CStr, Value)]) -> c_int {
                 }
                 Value::Null => raw::RedisModule_ReplyWithNull.unwrap()(ctx),
             };
+        }
+    })
+}
+
+/// A map of `fields` under RESP3 (names as simple strings), the values in
+/// order under RESP2; `value` replies one value.
+fn reply_named<T>(ctx: Ctx, fields: &[(&CStr, T)], value: impl Fn(&T)) -> c_int {
+    let resp3 = is_resp3(ctx);
+    // SAFETY: ctx is live; names are static NUL-terminated strings.
+    unsafe {
+        if resp3 {
+            raw::RedisModule_ReplyWithMap.unwrap()(ctx, fields.len() as _);
+        } else {
+            raw::RedisModule_ReplyWithArray.unwrap()(ctx, fields.len() as _);
+        }
+        for (name, v) in fields {
+            if resp3 {
+                raw::RedisModule_ReplyWithSimpleString.unwrap()(ctx, name.as_ptr());
+            }
+            value(v);
         }
     }
     raw::Status::Ok as c_int

@@ -726,6 +726,41 @@ pub fn field(info: &str, name: &str) -> Option<String> {
     })
 }
 
+/// INFO `ratelimit_<name>` (section `ratelimit_stats`).
+pub fn rl_stat(con: &mut Connection, name: &str) -> i64 {
+    let text = info(con, "ratelimit");
+    field(&text, &format!("ratelimit_{name}"))
+        .unwrap_or_else(|| panic!("no ratelimit_{name} in:\n{text}"))
+        .parse()
+        .expect("INFO counter")
+}
+
+/// Clients waiting in the module now (BLOCK).
+pub fn waiting(con: &mut Connection) -> i64 {
+    rl_stat(con, "blocked_clients")
+}
+
+/// Waits until exactly `n` clients wait in the module (30 s at most).
+pub fn until_waiting(con: &mut Connection, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while waiting(con) != n {
+        assert!(Instant::now() < deadline, "never {n} waiting clients");
+        sleep(Duration::from_millis(2));
+    }
+}
+
+/// How many RL.APPLY the server ran (its `cmdstat_rl.apply` calls).
+pub fn applied_calls(con: &mut Connection) -> i64 {
+    let text = info(con, "commandstats");
+    field(&text, "cmdstat_rl.apply").map_or(0, |v| {
+        v.split(',')
+            .next()
+            .and_then(|c| c.strip_prefix("calls="))
+            .and_then(|c| c.parse().ok())
+            .unwrap_or_else(|| panic!("cmdstat_rl.apply:{v}"))
+    })
+}
+
 pub fn repl_offset(con: &mut Connection) -> i64 {
     let text = info(con, "replication");
     field(&text, "master_repl_offset")
