@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use redis::{Connection, Value};
-use std::thread::{self, sleep, JoinHandle};
-use std::time::{Duration, Instant};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
 
 /// What one blocking call came to, with the server's clock before it was
 /// sent and after its reply arrived (on the same connection).
