@@ -37,13 +37,15 @@ say() { printf 'memcheck: %s\n' "$*" >&2; }
 
 OUT="$PWD/target/memcheck"
 LOGS="$OUT/logs"
-TESTS="${MEMCHECK_TESTS-basic errors persistence gcra all peek policies controls replication propagation introspection memory transactions boundaries recovery model concurrency}"
+TESTS="${MEMCHECK_TESTS-basic errors persistence gcra all peek policies controls replication propagation introspection memory transactions boundaries recovery model concurrency leases blocking}"
 # Tests that assume two commands a few ms apart, which valgrind (10-50x slower)
 # does not keep: the limiter refills in between and the exact count is off.
 #   overall_retry_after_is_the_longest_wait (all.rs): two RL.ALL within 150 ms
 #   wrong_node_answers_moved_and_hash_tags_keep_limiters_together
 #     (cluster_routing.rs): a 10/s token bucket read twice within 100 ms
-SLOW_UNDER_VALGRIND="overall_retry_after_is_the_longest_wait wrong_node_answers_moved_and_hash_tags_keep_limiters_together"
+#   many_waiters_and_the_server_stays_responsive (blocking.rs): 50 clients
+#     must be waiting before 2 s of refill hand out their tokens
+SLOW_UNDER_VALGRIND="overall_retry_after_is_the_longest_wait wrong_node_answers_moved_and_hash_tags_keep_limiters_together many_waiters_and_the_server_stays_responsive"
 SKIP="$SLOW_UNDER_VALGRIND ${MEMCHECK_SKIP:-}"
 # Run with --track-origins=no: fuzz RESTOREs mutated DUMP payloads, and
 # Valkey's RDB loader allocates whatever length a payload claims (2 GB, freed

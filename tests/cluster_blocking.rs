@@ -120,3 +120,40 @@ fn waiters_are_answered_when_their_slot_moves() {
     assert_eq!(cluster.primary_for_slot(slot), source);
     assert_eq!(int(&q(&mut scon, &argv!["RL.RELEASE", key, &id])), 1);
 }
+
+#[test]
+fn waiters_are_answered_when_their_primary_fails_over() {
+    let mut cluster = Cluster::start();
+    let key = "rl:{fo}:lease";
+    let slot = cluster.slot("{fo}");
+    let primary = cluster.primary_for_slot(slot);
+    let replica = cluster.replica_of(primary);
+    let (id, waiter) = hold_and_wait(&cluster.nodes[primary], key);
+    cluster.sync(primary, replica);
+    // A manual failover pauses writes on the primary first (the waiter must
+    // not be granted then), then demotes it: the server answers its waiters.
+    let mut rcon = cluster.nodes[replica].conn();
+    q(&mut rcon, &argv!["CLUSTER", "FAILOVER"]);
+    let reply = waiter.join().expect("waiter");
+    let error = error_of(&reply).unwrap_or_else(|| panic!("the waiter was answered {reply:?}"));
+    assert!(
+        ["UNBLOCKED", "MOVED", "REDIRECT"]
+            .iter()
+            .any(|prefix| error.starts_with(prefix)),
+        "{error}"
+    );
+    wait_until("roles swapped", CONVERGE_TIMEOUT, || {
+        let roles = (cluster.nodes[replica].role(), cluster.nodes[primary].role());
+        if roles == ("master".to_string(), "slave".to_string()) {
+            Ok(())
+        } else {
+            Err(format!("{roles:?}"))
+        }
+    });
+    cluster.wait_converged();
+    // The lease the waiter queued behind is held on the new primary, under
+    // the same id; the waiter took nothing.
+    let peek = Reply::parse(&q(&mut rcon, &argv!["RL.PEEK", key]));
+    assert_eq!(peek.remaining, 0);
+    assert_eq!(int(&q(&mut rcon, &argv!["RL.RELEASE", key, &id])), 1);
+}
