@@ -45,6 +45,27 @@ fn waiters_are_answered_when_their_slot_moves() {
         .find(|&&p| p != source)
         .expect("another primary");
     let key = "rl:{blk}:lease";
+    // A lease that simply expires frees its key: in a cluster too, the
+    // waiter gets the slot (found in review: it was told TRYAGAIN).
+    let mut con = cluster.nodes[source].conn();
+    let short = "rl:{blk}:short";
+    assert_eq!(
+        int(&array(&q(&mut con, &argv!["RL.LEASE", short, 1, "300ms"]))[0]),
+        1
+    );
+    for _ in 0..2 {
+        let reply = q(
+            &mut con,
+            &argv!["RL.LEASE", short, 1, "300ms", "BLOCK", "5s"],
+        );
+        assert_eq!(
+            int(&array(&reply)[0]),
+            1,
+            "granted when the lease expired: {reply:?}"
+        );
+    }
+    q(&mut con, &argv!["DEL", short]);
+
     let (id, waiter) = hold_and_wait(&cluster.nodes[source], key);
 
     // Classic resharding: the key leaves the source with MIGRATE.

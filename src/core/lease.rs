@@ -132,7 +132,13 @@ impl Leases {
             (l.cost >= 1).then(|| sum.checked_add(l.cost))?
         });
         let fits = total.is_some_and(|t| t <= MAX_LEASE_LIMIT);
-        ((1..=MAX_LEASE_LIMIT).contains(&limit) && in_order && ids.len() == held.len() && fits)
+        // Every change drops the leases expired by its time.
+        let live = held.iter().all(|l| l.expires_at > last);
+        ((1..=MAX_LEASE_LIMIT).contains(&limit)
+            && in_order
+            && ids.len() == held.len()
+            && fits
+            && live)
             .then_some(Leases { limit, last, held })
     }
 
@@ -418,5 +424,7 @@ mod tests {
         assert!(Leases::restored(3, Millis(0), vec![lease(1, 5, 0)]).is_none());
         assert!(Leases::restored(0, Millis(0), vec![]).is_none());
         assert!(Leases::restored(3, Millis(0), vec![lease(1, 5, MAX_LEASE_LIMIT + 1)]).is_none());
+        // A lease expired by the last change would have been dropped by it.
+        assert!(Leases::restored(3, Millis(5), vec![lease(1, 5, 1)]).is_none());
     }
 }

@@ -55,6 +55,9 @@ struct Queue {
     /// The pending wake-up: its timer, when it fires, and its generation
     /// (a timer that fires after being replaced does nothing).
     timer: Option<(raw::RedisModuleTimerID, Millis, u64)>,
+    /// The key's expiry when its first waiter last declined: a key gone
+    /// after this time expired; one gone before it was deleted or moved.
+    key_expiry: Option<Millis>,
 }
 
 thread_local! {
@@ -62,6 +65,10 @@ thread_local! {
     static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
     static NEXT_ID: Cell<u64> = const { Cell::new(1) };
     static WAITING: Cell<usize> = const { Cell::new(0) };
+    /// Inside a reply callback: the server goes on to the key's next waiter
+    /// in the same pass, so a grant needs no signal and a leaving head no
+    /// wake-up timer (each would cost another pass over every waiter).
+    static SERVING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// A context with no client, for timers armed from callbacks that have none
@@ -126,7 +133,7 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
         let when = (now, Turn::MayWait { deadline });
         match commands::run_policy(ctx, key_name, policy, options, when) {
             Attempt::Done(status) => return status,
-            Attempt::Wait(at) => Some(at),
+            Attempt::Wait { at, key_expiry } => Some((at, key_expiry)),
         }
     };
     let id = NEXT_ID.replace(NEXT_ID.get() + 1);
@@ -168,7 +175,8 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
     QUEUES.with_borrow_mut(|q| q.entry(queue.clone()).or_default().waiters.push_back(id));
     WAITING.set(WAITING.get() + 1);
     metrics::record_block();
-    if let Some(at) = wake {
+    if let Some((at, key_expiry)) = wake {
+        note_expiry(&queue, key_expiry);
         arm(&queue, at);
     }
     if let Some(deadline) = deadline {
@@ -176,7 +184,7 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
         // sleeps until its next timer (serverCron: up to 1000/hz ms). A timer
         // just after the deadline makes the timeout land on time.
         let delay = deadline.saturating_sub(live_now()).0.saturating_add(2);
-        let timer = create_timer(delay, Some(on_deadline), ptr::null_mut());
+        let timer = create_timer(delay, Some(on_deadline), waiter_ptr.cast::<c_void>());
         // SAFETY: the server owns the waiter until free_waiter, which runs
         // on this thread after this command returns.
         unsafe { (*waiter_ptr).deadline_timer = Some(timer) };
@@ -184,9 +192,16 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
     raw::Status::Ok as c_int
 }
 
-/// Nothing to do: firing is the point (the event loop wakes, and the
-/// server answers the timed-out client before it sleeps again).
-unsafe extern "C" fn on_deadline(_ctx: Ctx, _data: *mut c_void) {}
+/// Firing is the point: the event loop wakes, and the server answers the
+/// timed-out client before it sleeps again. The waiter forgets the timer:
+/// a fired timer's id may be given to a new timer, which must not be stopped.
+unsafe extern "C" fn on_deadline(_ctx: Ctx, data: *mut c_void) {
+    // SAFETY: `data` is the waiter this timer was made for; free_waiter
+    // stops the timer before it frees the waiter, so it is live here.
+    if let Some(waiter) = unsafe { data.cast::<Waiter>().as_mut() } {
+        waiter.deadline_timer = None;
+    }
+}
 
 fn create_timer(
     delay_ms: u64,
@@ -246,7 +261,7 @@ fn leave(waiter: &mut Waiter) {
         }
         was_first
     });
-    if next_first {
+    if next_first && !SERVING.get() {
         arm(&waiter.queue, live_now());
     }
 }
@@ -273,11 +288,18 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
         if key.is_null() {
             return raw::Status::Err as c_int;
         }
-        // In a cluster a key that vanished may have been migrated away (the
-        // server retries waiters of a deleted key without checking the slot
-        // is still ours): the client sends the call again and is routed to
-        // wherever the key lives now. Cluster clients retry TRYAGAIN.
-        if ffi::is_cluster(ctx) && !ffi::key_exists(ctx, key) {
+        // In a cluster a key that vanished before its expiry may have been
+        // migrated away (the server retries waiters of a deleted key without
+        // checking the slot is still ours): the client sends the call again
+        // and is routed to wherever the key lives now. Cluster clients retry
+        // TRYAGAIN. A key that reached its expiry is simply full again.
+        let now = live_now();
+        let expired = QUEUES.with_borrow(|q| {
+            q.get(&waiter.queue)
+                .and_then(|q| q.key_expiry)
+                .is_some_and(|at| now >= at)
+        });
+        if ffi::is_cluster(ctx) && !expired && !ffi::key_exists(ctx, key) {
             ffi::reply_error(
                 ctx,
                 "TRYAGAIN the key of this waiting call is gone (deleted or migrated): call again",
@@ -285,7 +307,6 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
             leave(waiter);
             return raw::Status::Ok as c_int;
         }
-        let now = live_now();
         let turn = match waiter.deadline {
             Some(deadline) if now >= deadline => {
                 waiter.timed_out = true;
@@ -293,17 +314,23 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
             }
             deadline => Turn::MayWait { deadline },
         };
-        match commands::run_policy(ctx, key, waiter.policy, waiter.options, (now, turn)) {
+        SERVING.set(true);
+        let attempt = commands::run_policy(ctx, key, waiter.policy, waiter.options, (now, turn));
+        let outcome = match attempt {
             Attempt::Done(_) => {
                 leave(waiter);
                 raw::Status::Ok as c_int
             }
-            Attempt::Wait(at) => {
+            Attempt::Wait { at, key_expiry } => {
+                note_expiry(&waiter.queue, key_expiry);
                 arm(&waiter.queue, at);
                 raw::Status::Err as c_int
             }
-        }
+        };
+        SERVING.set(false);
+        outcome
     }));
+    SERVING.set(false);
     outcome.unwrap_or_else(|_| {
         ffi::reply_error(
             ctx,
@@ -361,7 +388,10 @@ unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
         let mut waiter = unsafe { Box::from_raw(privdata.cast::<Waiter>()) };
         leave(&mut waiter);
         if let Some(timer) = waiter.deadline_timer {
-            stop_timer(timer);
+            let ctx = TIMER_CTX.load(Ordering::Relaxed);
+            // SAFETY: a deadline timer's data is this waiter, not a Wake
+            // box: stop it without taking the data.
+            unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, timer, ptr::null_mut()) };
         }
         WAITING.set(WAITING.get().saturating_sub(1));
         metrics::record_unblock(waiter.timed_out);
@@ -371,7 +401,7 @@ unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
 /// Tells waiters of `key` (in the context's db) that it changed: the first
 /// of them is tried again. Cheap when no client waits anywhere.
 pub fn key_changed(ctx: Ctx, key: Str) {
-    if WAITING.get() == 0 {
+    if WAITING.get() == 0 || SERVING.get() {
         return;
     }
     let queue = (selected_db(ctx), ffi::bytes(key).to_vec());
@@ -379,6 +409,14 @@ pub fn key_changed(ctx: Ctx, key: Str) {
         // SAFETY: ctx and key are live for the command.
         unsafe { raw::RedisModule_SignalKeyAsReady.unwrap()(ctx, key) };
     }
+}
+
+fn note_expiry(queue: &QueueKey, key_expiry: Option<Millis>) {
+    QUEUES.with_borrow_mut(|q| {
+        if let Some(entry) = q.get_mut(queue) {
+            entry.key_expiry = key_expiry;
+        }
+    });
 }
 
 /// What a wake-up timer carries: the queue to signal, and its generation.

@@ -120,8 +120,12 @@ pub enum Turn {
 pub enum Attempt {
     /// Answered (or failed); the status to return.
     Done(c_int),
-    /// Denied for now, nothing written or answered: try again at this time.
-    Wait(Millis),
+    /// Denied for now, nothing written or answered: try again at `at`. The
+    /// key's expiry then, to tell a key that expired from one moved away.
+    Wait {
+        at: Millis,
+        key_expiry: Option<Millis>,
+    },
 }
 
 impl Attempt {
@@ -129,7 +133,7 @@ impl Attempt {
         match self {
             Attempt::Done(status) => status,
             // Only a MayWait turn waits.
-            Attempt::Wait(_) => raw_ok(),
+            Attempt::Wait { .. } => raw_ok(),
         }
     }
 }
@@ -199,7 +203,8 @@ fn execute<A: Into<Answer>>(
     if let (Turn::MayWait { deadline }, Some(outcome)) = (turn, answer.outcome()) {
         if !outcome.allowed && !controls::shadow() {
             if let Some(at) = wake_at(algorithm, outcome, now, deadline) {
-                return Attempt::Wait(at);
+                let key_expiry = key.as_mut().and_then(Key::expiry);
+                return Attempt::Wait { at, key_expiry };
             }
         }
     }

@@ -275,6 +275,13 @@ impl Key {
         when >= 0 && when < at.to_i64_saturating()
     }
 
+    /// The key's absolute expiry, if it has one.
+    pub fn expiry(&mut self) -> Option<Millis> {
+        // SAFETY: the key is open; -1 means no expiry.
+        let when = unsafe { raw::RedisModule_GetAbsExpire.unwrap()(self.raw()) };
+        u64::try_from(when).ok().map(Millis)
+    }
+
     /// Sets the absolute expiry in Unix milliseconds, unless the key already
     /// has exactly that one (a window's stays put for the whole window).
     pub fn expire_at(&mut self, at: Millis) {
