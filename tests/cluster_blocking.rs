@@ -163,14 +163,7 @@ fn waiters_are_answered_when_their_primary_fails_over() {
             .any(|prefix| error.starts_with(prefix)),
         "{error}"
     );
-    wait_until("roles swapped", CONVERGE_TIMEOUT, || {
-        let roles = (cluster.nodes[replica].role(), cluster.nodes[primary].role());
-        if roles == ("master".to_string(), "slave".to_string()) {
-            Ok(())
-        } else {
-            Err(format!("{roles:?}"))
-        }
-    });
+    cluster.wait_swapped(replica, primary);
     cluster.wait_converged();
     // The lease the waiter queued behind is held on the new primary, under
     // the same id; the waiter took nothing.

@@ -203,14 +203,7 @@ fn manual_failover_keeps_every_limiter_exactly() {
 
     let mut rcon = cluster.nodes[replica].conn();
     q(&mut rcon, &argv!["CLUSTER", "FAILOVER"]);
-    wait_until("roles swapped", CONVERGE_TIMEOUT, || {
-        let roles = (cluster.nodes[replica].role(), cluster.nodes[primary].role());
-        if roles == ("master".to_string(), "slave".to_string()) {
-            Ok(())
-        } else {
-            Err(format!("{roles:?}"))
-        }
-    });
+    cluster.wait_swapped(replica, primary);
     cluster.wait_converged();
     assert_eq!(cluster.replica_of(replica), primary);
     cluster.sync(replica, primary);

@@ -484,6 +484,18 @@ impl Cluster {
     /// Waits until every live node reports cluster_state:ok with all slots
     /// assigned and all live nodes print the same CLUSTER NODES view (roles,
     /// primaries, slots, failure flags), with no migration in progress.
+    /// Waits until `promoted` is a primary and `demoted` a replica.
+    pub fn wait_swapped(&self, promoted: usize, demoted: usize) {
+        wait_until("roles swapped", CONVERGE_TIMEOUT, || {
+            let roles = (self.nodes[promoted].role(), self.nodes[demoted].role());
+            if roles == ("master".to_string(), "slave".to_string()) {
+                Ok(())
+            } else {
+                Err(format!("{roles:?}"))
+            }
+        });
+    }
+
     pub fn wait_converged(&mut self) {
         let alive = self.alive();
         let ports: Vec<u16> = alive.iter().map(|&i| self.nodes[i].port).collect();
