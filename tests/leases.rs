@@ -1123,14 +1123,7 @@ fn rdb_restart_keeps_leases() {
 /// Leases written before an AOF rewrite (in its base) and after (in the
 /// incremental file, as RL.APPLY) are all back after a restart.
 fn aof_restart_keeps_leases(preamble: &str) {
-    let mut server = Server::start_with(&[
-        "--appendonly",
-        "yes",
-        "--aof-use-rdb-preamble",
-        preamble,
-        "--appendfsync",
-        "always",
-    ]);
+    let mut server = Server::start_with(&aof_args(preamble));
     let mut con = server.conn();
     wait_for_rewrite(&mut con);
     let mut keys = populate(&mut con);

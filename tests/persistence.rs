@@ -252,17 +252,6 @@ fn rdb_restart_keeps_state() {
     assert_same(&before, &snapshot(&mut con), "BGSAVE + restart");
 }
 
-fn aof_args(preamble: &str) -> Vec<&str> {
-    vec![
-        "--appendonly",
-        "yes",
-        "--aof-use-rdb-preamble",
-        preamble,
-        "--appendfsync",
-        "always",
-    ]
-}
-
 fn aof_restart(preamble: &str) {
     let mut server = Server::start_with(&aof_args(preamble));
     let mut con = server.conn();

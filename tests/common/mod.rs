@@ -922,6 +922,19 @@ pub fn wait_for(con: &mut Connection, section: &str, name: &str, value: &str) {
     }
 }
 
+/// Server arguments for an AOF that fsyncs every write, with the RDB
+/// preamble `yes` or `no`.
+pub fn aof_args(preamble: &str) -> Vec<&str> {
+    vec![
+        "--appendonly",
+        "yes",
+        "--aof-use-rdb-preamble",
+        preamble,
+        "--appendfsync",
+        "always",
+    ]
+}
+
 /// Waits until no AOF rewrite is running or scheduled, and checks the last one succeeded.
 pub fn wait_for_rewrite(con: &mut Connection) {
     let deadline = Instant::now() + Duration::from_secs(60);
