@@ -41,6 +41,24 @@ CASES = [
     ("RL.ALL, two limiters", ["RL.ALL", "2", "a1:{__rand_int__}", "a2:{__rand_int__}",
                               "TOKENBUCKET", "1000000", "1000", "1s", "WINDOW", "1000000", "1m"]),
     ("RL.PEEK", ["RL.PEEK", "fw:__rand_int__"]),
+    ("RL.LIMIT, window policy", ["RL.LIMIT", "lw:__rand_int__", "win"]),
+    ("RL.LIMIT BRIEF, window policy", ["RL.LIMIT", "lb:__rand_int__", "win", "BRIEF"]),
+    ("RL.LIMIT, token bucket policy", ["RL.LIMIT", "lt:__rand_int__", "bucket"]),
+]
+
+# Defined on every server before its case runs (RL.LIMIT's policies).
+POLICIES = [
+    ["RL.POLICY.SET", "win", "WINDOW", "1000000", "1h"],
+    ["RL.POLICY.SET", "bucket", "TOKENBUCKET", "1000000", "1000", "1s"],
+]
+
+# Each case twice: as on a server whose effects something may read (a
+# replica, a backlog, the AOF: every change builds its RL.APPLY), and as on
+# a lone primary without AOF, where nothing can and the build is skipped
+# (src/shell/propagation.rs). The server drops the effect in both runs here.
+MODES = [
+    ("effects built", ["--ratelimit.always-propagate", "yes"]),
+    ("nothing reads them", []),
 ]
 
 
@@ -85,14 +103,14 @@ def self_cost_in(path, object_suffix):
     return total, ours
 
 
-def run_case(name, argv, valgrind):
+def run_case(name, argv, valgrind, server_args):
     work = tempfile.mkdtemp(prefix="rl-profile-")
     port = free_port()
     out = os.path.join(work, "callgrind.out")
     cmd = [valgrind, "--tool=callgrind", "--collect-atstart=no",
            "--toggle-collect=processInputBuffer", f"--callgrind-out-file={out}",
            SERVER, "--port", str(port), "--bind", "127.0.0.1", "--dir", work,
-           "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)]
+           "--save", "", "--appendonly", "no", "--loadmodule", str(MODULE)] + server_args
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(600):
@@ -103,6 +121,8 @@ def run_case(name, argv, valgrind):
                 time.sleep(0.1)
         else:
             raise RuntimeError(f"{name}: valkey-server under callgrind did not start")
+        for policy in POLICIES:
+            Client(port).call(*policy)
 
         def bench(n):
             subprocess.run([BENCHMARK, "-p", str(port), "-c", "1", "-n", str(n), "-P", "32",
@@ -153,26 +173,34 @@ def main():
     for name, argv in CASES:
         if args.only and args.only not in name:
             continue
-        per_call, in_module = run_case(name, argv, valgrind)
-        rows.append((name, per_call, in_module))
-        print(f"  {name:<28} {per_call:>9,.0f} instructions/call, {in_module:>6,.0f} in the module",
-              file=sys.stderr)
-    base = next((r[1] for r in rows if r[0] == "INCR"), None)
+        row = [name]
+        for mode, server_args in MODES:
+            per_call, in_module = run_case(name, argv, valgrind, server_args)
+            row += [per_call, in_module]
+            print(f"  {name:<32} {mode:<20} {per_call:>9,.0f} instructions/call, "
+                  f"{in_module:>6,.0f} in the module", file=sys.stderr)
+        rows.append(row)
+    base = next((r for r in rows if r[0] == "INCR"), None)
     version = server_version()
     lines = [
         "# Instructions per command (make profile)",
         "",
         f"valgrind callgrind, Valkey {version}, `processInputBuffer` inclusive, {KEYS:,} random keys, "
         f"pipeline 32, one connection, {MEASURED:,} calls measured after {WARMUP:,} of warm-up; no replica, "
-        "no AOF. \"in the module\": the self cost of the module's own functions (parsing, deciding, "
-        "encoding). Deterministic to within a few instructions from run to run.",
+        "no AOF. \"effects built\": `ratelimit.always-propagate yes`, what every change costs where a "
+        "replica, a backlog or the AOF may read it; \"nothing reads them\": the default on a lone primary "
+        "without AOF, where the module skips building the effect (README, Performance). \"in the "
+        "module\": the self cost of the module's own functions (parsing, deciding, encoding). "
+        "Deterministic to within a few instructions from run to run.",
         "",
-        "| command | instructions / call | x INCR | in the module |",
-        "|---|---:|---:|---:|",
+        "| command | effects built | x INCR | nothing reads them | x INCR | in the module |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    for name, per_call, in_module in rows:
-        ratio = f"{per_call / base:.2f}x" if base else "-"
-        lines.append(f"| {name} | {per_call:,.0f} | {ratio} | {in_module:,.0f} |")
+    for name, built, in_module, skipped, _ in rows:
+        def ratio(value, column):
+            return f"{value / base[column]:.2f}x" if base else "-"
+        lines.append(f"| {name} | {built:,.0f} | {ratio(built, 1)} | {skipped:,.0f} | "
+                     f"{ratio(skipped, 3)} | {in_module:,.0f} |")
     text = "\n".join(lines) + "\n"
     if not args.only:
         (ROOT / "bench" / "PROFILE.md").write_text(text)

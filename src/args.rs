@@ -279,10 +279,7 @@ pub fn sliding_log(args: &(impl Args + ?Sized)) -> Result<(LogParams, Options), 
     };
     let options = options(args, 2, Some("COUNTDENIED"))?;
     if options.flag && options.block.is_some() {
-        return Err(ArgError(
-            "ERR BLOCK cannot be combined with COUNTDENIED (a waiting request is not denied, so there is nothing to count)"
-                .into(),
-        ));
+        return Err(block_with_count_denied());
     }
     Ok((params, options))
 }
@@ -404,6 +401,131 @@ fn is_algorithm_name(word: &[u8]) -> bool {
         .any(|name| word.eq_ignore_ascii_case(name.as_bytes()))
 }
 
+/// One limiter at `i` (its algorithm word first): the policy and how many
+/// words it took. `name` labels a parameter in errors; `lacking` is the
+/// error when the command ends too soon.
+fn limiter_at(
+    args: &(impl Args + ?Sized),
+    i: usize,
+    name: &dyn Fn(&str) -> String,
+    lacking: &dyn Fn() -> ArgError,
+) -> Result<(Policy, usize), ArgError> {
+    let word = args.get(i);
+    let positional = |j: usize| -> Result<&[u8], ArgError> {
+        if i + j < args.count() {
+            Ok(args.get(i + j))
+        } else {
+            Err(lacking())
+        }
+    };
+    let flag_at = |j: usize, flag: &str| {
+        i + j < args.count() && args.get(i + j).eq_ignore_ascii_case(flag.as_bytes())
+    };
+    let (policy, used) = if word.eq_ignore_ascii_case(b"TOKENBUCKET") {
+        let params = TokenBucketParams {
+            capacity: count(positional(1)?, &name("capacity"))?,
+            refill_amount: count(positional(2)?, &name("refill_amount"))?,
+            refill_period: duration(positional(3)?, &name("refill_period"))?,
+        };
+        (Policy::TokenBucket(params), 4)
+    } else if word.eq_ignore_ascii_case(b"WINDOW") {
+        let params = WindowParams {
+            limit: count(positional(1)?, &name("limit"))?,
+            period: duration(positional(2)?, &name("period"))?,
+        };
+        let sliding = flag_at(3, "SLIDING");
+        (Policy::Window { params, sliding }, 3 + usize::from(sliding))
+    } else if word.eq_ignore_ascii_case(b"SLIDINGLOG") {
+        let params = LogParams {
+            limit: count(positional(1)?, &name("limit"))?,
+            period: duration(positional(2)?, &name("period"))?,
+        };
+        let count_denied = flag_at(3, "COUNTDENIED");
+        let policy = Policy::SlidingLog {
+            params,
+            count_denied,
+        };
+        (policy, 3 + usize::from(count_denied))
+    } else {
+        let params = GcraParams {
+            limit: count(positional(1)?, &name("burst"))?,
+            rate: count(positional(2)?, &name("rate"))?,
+            period: duration(positional(3)?, &name("period"))?,
+            interval: Interval::RoundUp,
+        };
+        (Policy::Gcra(gcra_params(params, &name("burst"))?), 4)
+    };
+    Ok((policy, used))
+}
+
+/// What `RL.POLICY.SET` takes.
+pub const POLICY_SET_USAGE: &str = "RL.POLICY.SET name TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period";
+/// The longest policy name, in bytes.
+pub const MAX_POLICY_NAME: usize = 128;
+
+/// A policy's name: 1 to 128 bytes.
+pub fn policy_name(text: &[u8]) -> Result<&[u8], ArgError> {
+    if (1..=MAX_POLICY_NAME).contains(&text.len()) {
+        Ok(text)
+    } else {
+        Err(must_be("the policy name", "1 to 128 bytes"))
+    }
+}
+
+/// A stored policy's definition (`RL.POLICY.SET name` and what follows):
+/// one limiter as RL.ALL takes it, nothing after it.
+pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<Policy, ArgError> {
+    if args.count() == 0 || !is_algorithm_name(args.get(0)) {
+        let found = if args.count() == 0 {
+            "the end of the command".to_string()
+        } else {
+            format!("'{}'", quoted(args.get(0)))
+        };
+        return Err(ArgError(format!(
+            "ERR a policy must start with TOKENBUCKET, WINDOW, SLIDINGLOG or GCRA, not {found}: {POLICY_SET_USAGE}"
+        )));
+    }
+    let (policy, used) = limiter_at(args, 0, &|field| field.to_string(), &|| {
+        ArgError(format!(
+            "ERR the policy ({}) lacks arguments: {POLICY_SET_USAGE}",
+            quoted(args.get(0))
+        ))
+    })?;
+    if used < args.count() {
+        return Err(ArgError(format!(
+            "ERR unexpected '{}' after the policy's parameters (COST, DRYRUN and the other options are given to RL.LIMIT)",
+            quoted(args.get(used))
+        )));
+    }
+    Ok(policy)
+}
+
+/// The options of `RL.LIMIT key policy [options]` (from `first`), for
+/// `policy`: those of the algorithm's own command.
+pub fn limit_options(
+    args: &(impl Args + ?Sized),
+    first: usize,
+    policy: &Policy,
+) -> Result<Options, ArgError> {
+    let options = options(args, first, None)?;
+    if let Policy::SlidingLog {
+        count_denied: true, ..
+    } = policy
+    {
+        if options.block.is_some() {
+            return Err(block_with_count_denied());
+        }
+    }
+    Ok(options)
+}
+
+fn block_with_count_denied() -> ArgError {
+    ArgError(
+        "ERR BLOCK cannot be combined with COUNTDENIED (a waiting request is not denied, so there is nothing to count)"
+            .into(),
+    )
+}
+
 /// `numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]` (RL.ALL,
 /// from numkeys on). Returns numkeys, the limiters in key order and the
 /// options. Every error names the limiter and the argument it is about.
@@ -435,54 +557,13 @@ pub fn all(
             )));
         }
         let word = args.get(i);
-        let name = |field: &str| format!("{field} of limiter {n}");
-        let positional = |j: usize| -> Result<&[u8], ArgError> {
-            if i + j < args.count() {
-                Ok(args.get(i + j))
-            } else {
-                Err(ArgError(format!(
+        let (policy, used) =
+            limiter_at(args, i, &|field| format!("{field} of limiter {n}"), &|| {
+                ArgError(format!(
                     "ERR limiter {n} ({}) lacks arguments: {ALL_USAGE}",
                     quoted(word)
-                )))
-            }
-        };
-        let flag_at = |j: usize, flag: &str| {
-            i + j < args.count() && args.get(i + j).eq_ignore_ascii_case(flag.as_bytes())
-        };
-        let (policy, used) = if word.eq_ignore_ascii_case(b"TOKENBUCKET") {
-            let params = TokenBucketParams {
-                capacity: count(positional(1)?, &name("capacity"))?,
-                refill_amount: count(positional(2)?, &name("refill_amount"))?,
-                refill_period: duration(positional(3)?, &name("refill_period"))?,
-            };
-            (Policy::TokenBucket(params), 4)
-        } else if word.eq_ignore_ascii_case(b"WINDOW") {
-            let params = WindowParams {
-                limit: count(positional(1)?, &name("limit"))?,
-                period: duration(positional(2)?, &name("period"))?,
-            };
-            let sliding = flag_at(3, "SLIDING");
-            (Policy::Window { params, sliding }, 3 + usize::from(sliding))
-        } else if word.eq_ignore_ascii_case(b"SLIDINGLOG") {
-            let params = LogParams {
-                limit: count(positional(1)?, &name("limit"))?,
-                period: duration(positional(2)?, &name("period"))?,
-            };
-            let count_denied = flag_at(3, "COUNTDENIED");
-            let policy = Policy::SlidingLog {
-                params,
-                count_denied,
-            };
-            (policy, 3 + usize::from(count_denied))
-        } else {
-            let params = GcraParams {
-                limit: count(positional(1)?, &name("burst"))?,
-                rate: count(positional(2)?, &name("rate"))?,
-                period: duration(positional(3)?, &name("period"))?,
-                interval: Interval::RoundUp,
-            };
-            (Policy::Gcra(gcra_params(params, &name("burst"))?), 4)
-        };
+                ))
+            })?;
         policies.push(policy);
         i += used;
     }

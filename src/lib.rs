@@ -51,7 +51,12 @@ fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
         return Status::Err;
     };
     match shell::register::register_all(ctx.ctx, &options) {
-        Ok(()) => Status::Ok,
+        Ok(()) => {
+            if shell::events::init(ctx.ctx) {
+                shell::propagation::init(ctx.ctx);
+            }
+            Status::Ok
+        }
         Err(message) => {
             ctx.log_warning(&format!("ratelimit: {message}"));
             Status::Err
@@ -76,6 +81,7 @@ valkey_module! {
         bool: [
             ["events", &controls::EVENTS, false, ConfigurationFlags::DEFAULT, None],
             ["shadow-mode", &controls::SHADOW, false, ConfigurationFlags::DEFAULT, None],
+            ["always-propagate", &shell::propagation::ALWAYS, false, ConfigurationFlags::DEFAULT, None],
         ],
         enum: [],
         // Load arguments stay `cl-throttle yes|no` (register.rs).

@@ -75,6 +75,12 @@ thread_local! {
 /// (the free callback). Made once at load.
 static TIMER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(ptr::null_mut());
 
+/// Whether a waiter is being served (in a reply callback, on its own
+/// client's behalf but without its argv).
+pub fn serving() -> bool {
+    SERVING.get()
+}
+
 pub fn init(ctx: Ctx) {
     // SAFETY: called from the module's init with its context.
     let detached = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx) };

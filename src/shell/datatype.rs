@@ -35,9 +35,10 @@ pub static RATELIMIT_TYPE: ValkeyType = ValkeyType::new(
         mem_usage: Some(mem_usage),
         digest: Some(digest),
         free: Some(free),
-        aux_load: None,
+        // Stored policies (stored.rs), before the keys.
+        aux_load: Some(super::stored::aux_load),
         aux_save: None,
-        aux_save_triggers: 0,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
         unlink: None,
         copy: Some(copy),
@@ -46,7 +47,7 @@ pub static RATELIMIT_TYPE: ValkeyType = ValkeyType::new(
         free_effort2: None,
         unlink2: None,
         copy2: None,
-        aux_save2: None,
+        aux_save2: Some(super::stored::aux_save),
     },
 );
 
@@ -140,6 +141,7 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     guarded((), || {
+        super::stored::emit_once(aof);
         if let Some(limiter) = limiter(value) {
             let bytes = encoded(limiter);
             raw::RedisModule_EmitAOF.unwrap()(

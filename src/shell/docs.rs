@@ -126,6 +126,44 @@ pub const THROTTLE: &[Arg] = &[
         ..int(c"quantity")
     },
 ];
+/// One limiter as RL.ALL and RL.POLICY.SET take it.
+const LIMITER: Arg = Arg {
+    sub: &[
+        block(
+            c"tokenbucket",
+            c"TOKENBUCKET",
+            &[
+                int(c"capacity"),
+                int(c"refill_amount"),
+                duration(c"refill_period"),
+            ],
+        ),
+        block(
+            c"window",
+            c"WINDOW",
+            &[
+                int(c"limit"),
+                duration(c"period"),
+                flag(c"sliding", c"SLIDING"),
+            ],
+        ),
+        block(
+            c"slidinglog",
+            c"SLIDINGLOG",
+            &[
+                int(c"limit"),
+                duration(c"period"),
+                flag(c"countdenied", c"COUNTDENIED"),
+            ],
+        ),
+        block(
+            c"gcra",
+            c"GCRA",
+            &[int(c"burst"), int(c"rate"), duration(c"period")],
+        ),
+    ],
+    ..arg(c"limiter", Kind::OneOf)
+};
 pub const ALL: &[Arg] = with_options![
     int(c"numkeys"),
     Arg {
@@ -134,43 +172,16 @@ pub const ALL: &[Arg] = with_options![
     },
     Arg {
         flags: MULTIPLE,
-        sub: &[
-            block(
-                c"tokenbucket",
-                c"TOKENBUCKET",
-                &[
-                    int(c"capacity"),
-                    int(c"refill_amount"),
-                    duration(c"refill_period")
-                ],
-            ),
-            block(
-                c"window",
-                c"WINDOW",
-                &[
-                    int(c"limit"),
-                    duration(c"period"),
-                    flag(c"sliding", c"SLIDING")
-                ],
-            ),
-            block(
-                c"slidinglog",
-                c"SLIDINGLOG",
-                &[
-                    int(c"limit"),
-                    duration(c"period"),
-                    flag(c"countdenied", c"COUNTDENIED"),
-                ],
-            ),
-            block(
-                c"gcra",
-                c"GCRA",
-                &[int(c"burst"), int(c"rate"), duration(c"period")],
-            ),
-        ],
-        ..arg(c"limiter", Kind::OneOf)
+        ..LIMITER
     },
 ];
+pub const LIMIT: &[Arg] = with_block_options![key(), arg(c"policy", Kind::Text)];
+pub const POLICY_NAME: &[Arg] = &[arg(c"name", Kind::Text)];
+pub const POLICY_NAMES: &[Arg] = &[Arg {
+    flags: MULTIPLE,
+    ..arg(c"name", Kind::Text)
+}];
+pub const POLICY_SET: &[Arg] = &[arg(c"name", Kind::Text), LIMITER];
 pub const LEASE: &[Arg] = &[
     key(),
     int(c"limit"),

@@ -187,6 +187,18 @@ pub fn reply_compound(
     raw::Status::Ok as c_int
 }
 
+/// Replies with an array of bulk strings.
+pub fn reply_bulks<'a>(ctx: Ctx, items: impl ExactSizeIterator<Item = &'a [u8]>) -> c_int {
+    // SAFETY: ctx is live; each buffer is copied by the server.
+    unsafe {
+        raw::RedisModule_ReplyWithArray.unwrap()(ctx, items.len() as _);
+        for item in items {
+            raw::RedisModule_ReplyWithStringBuffer.unwrap()(ctx, item.as_ptr().cast(), item.len());
+        }
+    }
+    raw::Status::Ok as c_int
+}
+
 /// Replies with a plain array of integers, whatever the protocol.
 pub fn reply_integers(ctx: Ctx, values: &[i64]) -> c_int {
     // SAFETY: ctx is the live command context.
@@ -356,6 +368,13 @@ pub fn replicate(ctx: Ctx, command: &CStr, key: Str, blob: &[u8]) -> bool {
         )
     };
     status == raw::Status::Ok as c_int
+}
+
+/// Queues the client's own command for replicas and the AOF (and counts a
+/// change for the save points).
+pub fn replicate_verbatim(ctx: Ctx) {
+    // SAFETY: ctx is the live command context.
+    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
 }
 
 /// Real allocation size of a pointer from the server's allocator.

@@ -142,6 +142,10 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
         .field("blocks", get(&BLOCKS))?
         .field("block_timeouts", get(&BLOCK_TIMEOUTS))?
         .field("errors", get(&ERRORS))?
+        .field(
+            "propagating",
+            u64::from(super::propagation::is_on()).to_string(),
+        )?
         .build_section()?
         .build_info()?;
     Ok(())

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use valkey_module::raw;
 
 use super::ffi::{self, Ctx, Str};
-use super::{commands, compound, docs, leases, replication};
+use super::{commands, compound, docs, leases, replication, stored};
 
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
 
@@ -37,7 +37,9 @@ enum Keys {
     /// One key, at argument 1.
     First,
     /// `numkeys` at argument 1, then that many keys (RL.ALL).
-    NumKeys,
+    Counted,
+    /// No keys: node-wide data (stored policies).
+    Keyless,
 }
 
 /// Read-modify-write of the key, whose value the reply reveals.
@@ -52,6 +54,9 @@ const KEY_APPLY: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UP
 fn key_spec(flags: u32, keys: Keys) -> Box<[raw::RedisModuleCommandKeySpec; 2]> {
     // SAFETY: an all-zero key spec is the documented array terminator.
     let terminator: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
+    if let Keys::Keyless = keys {
+        return Box::new([terminator, terminator]);
+    }
     let mut spec = terminator;
     spec.flags = u64::from(flags);
     spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
@@ -63,22 +68,24 @@ fn key_spec(flags: u32, keys: Keys) -> Box<[raw::RedisModuleCommandKeySpec; 2]> 
             spec.fk.range.keystep = 1;
             spec.fk.range.limit = 0;
         }
-        Keys::NumKeys => {
+        Keys::Counted => {
             // Counted from the begin-search index: numkeys there, keys after it.
             spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
             spec.fk.keynum.keynumidx = 0;
             spec.fk.keynum.firstkey = 1;
             spec.fk.keynum.keystep = 1;
         }
+        Keys::Keyless => {}
     }
     Box::new([spec, terminator])
 }
 
-fn guard(ctx: Ctx, argv: *mut Str, argc: c_int, handler: Handler) -> c_int {
+/// `min`: the fewest arguments (the name included) the handler indexes.
+fn guard(ctx: Ctx, argv: *mut Str, argc: c_int, handler: Handler, min: usize) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the server passes `argc` live argument strings.
         let args = unsafe { std::slice::from_raw_parts(argv, usize::try_from(argc).unwrap_or(0)) };
-        if args.len() < 2 {
+        if args.len() < min {
             return ffi::reply_error(ctx, "ERR wrong number of arguments");
         }
         handler(ctx, args)
@@ -93,10 +100,13 @@ fn guard(ctx: Ctx, argv: *mut Str, argc: c_int, handler: Handler) -> c_int {
 
 macro_rules! entry_point {
     ($name:ident, $handler:path) => {
+        entry_point!($name, $handler, 2);
+    };
+    ($name:ident, $handler:path, $min:expr) => {
         /// # Safety
         /// Called by the server with a live context and `argc` arguments.
         unsafe extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
-            guard(ctx, argv, argc, $handler)
+            guard(ctx, argv, argc, $handler, $min)
         }
     };
 }
@@ -115,6 +125,28 @@ entry_point!(lease_entry, leases::acquire);
 entry_point!(release_entry, release_handler);
 entry_point!(extend_entry, extend_handler);
 entry_point!(peek_entry, peek_handler);
+entry_point!(limit_entry, stored::limit, 3);
+entry_point!(policy_set_entry, stored::set, 3);
+entry_point!(policy_get_entry, policy_get_handler);
+entry_point!(policy_del_entry, stored::del);
+entry_point!(policy_list_entry, policy_list_handler, 1);
+
+fn policy_get_handler(ctx: Ctx, argv: &[Str]) -> c_int {
+    if argv.len() != 2 {
+        return ffi::reply_error(ctx, "ERR wrong number of arguments: RL.POLICY.GET name");
+    }
+    stored::get(ctx, argv)
+}
+
+fn policy_list_handler(ctx: Ctx, argv: &[Str]) -> c_int {
+    if argv.len() != 1 {
+        return ffi::reply_error(
+            ctx,
+            "ERR wrong number of arguments: RL.POLICY.LIST takes none",
+        );
+    }
+    stored::list(ctx, argv)
+}
 
 fn peek_handler(ctx: Ctx, argv: &[Str]) -> c_int {
     if argv.len() != 2 {
@@ -160,7 +192,7 @@ const BLOCKING_CATEGORIES: &CStr = c"write fast blocking ratelimit";
 /// Giving slots back must work when memory is short (as DEL does).
 const RELEASE_FLAGS: &CStr = c"write fast";
 
-static COMMANDS: [Spec; 13] = [
+static COMMANDS: [Spec; 18] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
@@ -210,6 +242,66 @@ static COMMANDS: [Spec; 13] = [
         args: docs::GCRA,
     },
     Spec {
+        name: c"rl.limit",
+        entry: limit_entry,
+        flags: BLOCKING_FLAGS,
+        arity: -3,
+        summary: c"Applies the stored policy `policy` (RL.POLICY.SET) to the key: the same as calling its algorithm's command with its parameters.",
+        complexity: c"O(1), as the policy's command.",
+        acl_categories: Some(BLOCKING_CATEGORIES),
+        key_flags: KEY_UPDATE,
+        keys: Keys::First,
+        args: docs::LIMIT,
+    },
+    Spec {
+        name: c"rl.policy.set",
+        entry: policy_set_entry,
+        flags: c"write deny-oom",
+        arity: -5,
+        summary: c"Defines or replaces a named policy (an algorithm and its parameters) on this node; replicated and persisted. Every key limited by it follows the change at its next call.",
+        complexity: c"O(log N) for N policies.",
+        acl_categories: Some(c"write ratelimit"),
+        key_flags: 0,
+        keys: Keys::Keyless,
+        args: docs::POLICY_SET,
+    },
+    Spec {
+        name: c"rl.policy.get",
+        entry: policy_get_entry,
+        flags: c"readonly fast",
+        arity: 2,
+        summary: c"Returns a policy's definition as it was given, or nil.",
+        complexity: c"O(log N) for N policies.",
+        acl_categories: Some(c"read fast ratelimit"),
+        key_flags: 0,
+        keys: Keys::Keyless,
+        args: docs::POLICY_NAME,
+    },
+    Spec {
+        name: c"rl.policy.del",
+        entry: policy_del_entry,
+        flags: c"write",
+        arity: -2,
+        summary: c"Deletes policies; replies how many existed. Keys keep their state.",
+        complexity: c"O(M log N) for M names and N policies.",
+        acl_categories: Some(c"write ratelimit"),
+        key_flags: 0,
+        keys: Keys::Keyless,
+        args: docs::POLICY_NAMES,
+    },
+    Spec {
+        name: c"rl.policy.list",
+        entry: policy_list_entry,
+        flags: c"readonly",
+        arity: 1,
+        summary: c"Returns the names of the policies on this node, sorted.",
+        complexity: c"O(N) for N policies.",
+        acl_categories: Some(c"read ratelimit"),
+        key_flags: 0,
+        keys: Keys::Keyless,
+        args: &[],
+    },
+    Spec {
         name: c"rl.throttle",
         entry: rl_throttle_entry,
         flags: LIMITER_FLAGS,
@@ -230,7 +322,7 @@ static COMMANDS: [Spec; 13] = [
         complexity: c"O(N) for N limiters, each as its own command.",
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
-        keys: Keys::NumKeys,
+        keys: Keys::Counted,
         args: docs::ALL,
     },
     Spec {
@@ -427,7 +519,7 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
         // commands; their key spec alone does (the server derives the rest).
         let legacy = match spec.keys {
             Keys::First => 1,
-            Keys::NumKeys => 0,
+            Keys::Counted | Keys::Keyless => 0,
         };
         let created = raw::RedisModule_CreateCommand.unwrap()(
             ctx,

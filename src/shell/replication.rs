@@ -7,10 +7,9 @@
 
 use std::ffi::{c_int, CStr};
 
-use valkey_module::raw;
-
 use super::datatype::raw_type;
 use super::ffi::{self, Ctx, Key, Slot, Str};
+use super::propagation;
 use crate::core::codec;
 use crate::core::lease::{LeaseChange, Leases};
 use crate::core::limiter::{Effect, Limiter};
@@ -108,8 +107,17 @@ thread_local! {
 }
 
 /// Applies the effect of a command to its key and queues it for replicas
-/// and the AOF.
+/// and the AOF (when anything can read them: propagation.rs).
 pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<(), &'static str> {
+    // A change granted to a waiter is made in a reply callback, whose client
+    // has no argv to pass on verbatim: it always takes the full path.
+    if !propagation::needed(ctx) && !super::blocking::serving() {
+        apply(key, effect)?;
+        ffi::signal_modified(ctx, key_name);
+        super::blocking::key_changed(ctx, key_name);
+        ffi::replicate_verbatim(ctx);
+        return Ok(());
+    }
     // Encoded before it is applied (applying consumes it), sent after, in a
     // buffer reused across calls: no allocation on this path.
     EFFECT_BUFFER.with_borrow_mut(|blob| {
@@ -145,7 +153,6 @@ pub fn apply_command(ctx: Ctx, argv: &[Str]) -> c_int {
         return ffi::reply_error(ctx, message);
     }
     ffi::signal_modified(ctx, argv[1]);
-    // SAFETY: ctx is the live command context.
-    unsafe { raw::RedisModule_ReplicateVerbatim.unwrap()(ctx) };
+    ffi::replicate_verbatim(ctx);
     ffi::reply_ok(ctx)
 }
