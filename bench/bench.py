@@ -142,6 +142,9 @@ def cases(server, with_lua, cell_server=None):
     if with_lua:
         for name in ["token_bucket", "fixed_window", "sliding_window", "sliding_log"]:
             sha[name] = c.call("SCRIPT", "LOAD", (BENCH / "lua" / f"{name}.lua").read_text()).decode()
+    # Stored policies for RL.LIMIT (replicated to an attached replica).
+    c.call("RL.POLICY.SET", "win", "WINDOW", "1000000", "1m")
+    c.call("RL.POLICY.SET", "bucket", "TOKENBUCKET", "1000000", "1000", "1s")
     out = [
         ("PING", "floor", ["PING"]),
         ("INCR", "floor", ["INCR", "k:__rand_int__"]),
@@ -152,6 +155,9 @@ def cases(server, with_lua, cell_server=None):
             (f"RL.WINDOW ({label})", "rl", ["RL.WINDOW", f"fw:{keyname}", "1000000", "1m"]),
             (f"RL.WINDOW BRIEF ({label})", "rl", ["RL.WINDOW", f"fb:{keyname}", "1000000", "1m", "BRIEF"]),
             (f"RL.WINDOW SLIDING ({label})", "rl", ["RL.WINDOW", f"sw:{keyname}", "1000000", "1m", "SLIDING"]),
+            (f"RL.LIMIT, window policy ({label})", "rl", ["RL.LIMIT", f"lw:{keyname}", "win"]),
+            (f"RL.LIMIT BRIEF, window policy ({label})", "rl", ["RL.LIMIT", f"lb:{keyname}", "win", "BRIEF"]),
+            (f"RL.LIMIT, token bucket policy ({label})", "rl", ["RL.LIMIT", f"lt:{keyname}", "bucket"]),
             (f"RL.GCRA ({label})", "rl", ["RL.GCRA", f"gc:{keyname}", "1000000", "1000", "1s"]),
             (f"CL.THROTTLE, this module ({label})", "rl", ["CL.THROTTLE", f"cl:{keyname}", "999999", "1000", "1"]),
             # Two limiters in one atomic call, beside the same two as single calls.
