@@ -318,3 +318,33 @@ fn policies_survive_the_aof_with_and_without_preamble() {
         assert_kept(&mut server, &format!("rewritten AOF, preamble {preamble}"));
     }
 }
+
+#[test]
+fn an_application_user_applies_policies_but_cannot_change_them() {
+    let server = Server::start();
+    let mut admin = server.conn();
+    set(&mut admin, "api", &["WINDOW", "5", "1h"]);
+    q(
+        &mut admin,
+        &argv![
+            "ACL",
+            "SETUSER",
+            "app",
+            "on",
+            ">secret",
+            "~rl:*",
+            "+@ratelimit"
+        ],
+    );
+    let mut app = server.conn_as("app", "secret");
+    assert!(rl(&mut app, &limited("rl:1", "api", &[])).allowed);
+    assert_eq!(list(&mut app), ["api"]);
+    for cmd in [
+        argv!["RL.POLICY.SET", "api", "WINDOW", 1000, "1h"],
+        argv!["RL.POLICY.DEL", "api"],
+    ] {
+        let error = q_err(&mut app, &cmd);
+        assert!(error.starts_with("NOPERM"), "{cmd:?}: {error}");
+    }
+    assert_eq!(get(&mut admin, "api").unwrap(), ["WINDOW", "5", "1h"]);
+}

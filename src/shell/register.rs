@@ -260,7 +260,8 @@ static COMMANDS: [Spec; 18] = [
         arity: -5,
         summary: c"Defines or replaces a named policy (an algorithm and its parameters) on this node; replicated and persisted. Every key limited by it follows the change at its next call.",
         complexity: c"O(log N) for N policies.",
-        acl_categories: Some(c"write ratelimit"),
+        // Not @ratelimit: an application allowed to use limits may not set them.
+        acl_categories: Some(c"write"),
         key_flags: 0,
         keys: Keys::Keyless,
         args: docs::POLICY_SET,
@@ -284,7 +285,7 @@ static COMMANDS: [Spec; 18] = [
         arity: -2,
         summary: c"Deletes policies; replies how many existed. Keys keep their state.",
         complexity: c"O(M log N) for M names and N policies.",
-        acl_categories: Some(c"write ratelimit"),
+        acl_categories: Some(c"write"),
         key_flags: 0,
         keys: Keys::Keyless,
         args: docs::POLICY_NAMES,

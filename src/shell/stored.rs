@@ -247,40 +247,26 @@ pub unsafe fn emit_once(aof: *mut raw::RedisModuleIO) {
     EMITTED_BY.set(pid);
     POLICIES.with_borrow(|p| {
         for (name, stored) in p {
-            let emit = raw::RedisModule_EmitAOF.unwrap();
-            let set = c"rl.policy.set".as_ptr();
-            let w = &stored.definition;
-            // A definition is three or four words (what parse accepted).
-            match w.len() {
-                3 => emit(
-                    aof,
-                    set,
-                    c"bbbb".as_ptr(),
-                    name.as_ptr(),
-                    name.len(),
-                    w[0].as_ptr(),
-                    w[0].len(),
-                    w[1].as_ptr(),
-                    w[1].len(),
-                    w[2].as_ptr(),
-                    w[2].len(),
-                ),
-                4 => emit(
-                    aof,
-                    set,
-                    c"bbbbb".as_ptr(),
-                    name.as_ptr(),
-                    name.len(),
-                    w[0].as_ptr(),
-                    w[0].len(),
-                    w[1].as_ptr(),
-                    w[1].len(),
-                    w[2].as_ptr(),
-                    w[2].len(),
-                    w[3].as_ptr(),
-                    w[3].len(),
-                ),
-                _ => {}
+            let words: Vec<*mut raw::RedisModuleString> = std::iter::once(name)
+                .chain(&stored.definition)
+                .map(|w| {
+                    raw::RedisModule_CreateString.unwrap()(
+                        std::ptr::null_mut(),
+                        w.as_ptr().cast(),
+                        w.len(),
+                    )
+                })
+                .collect();
+            // "v": a vector of strings, copied into the AOF before returning.
+            raw::RedisModule_EmitAOF.unwrap()(
+                aof,
+                c"rl.policy.set".as_ptr(),
+                c"v".as_ptr(),
+                words.as_ptr(),
+                words.len(),
+            );
+            for word in words {
+                raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), word);
             }
         }
     });
