@@ -131,7 +131,14 @@ const COMMANDS: &[&str] = &[
     "RL.LEASE",
     "RL.RELEASE",
     "RL.EXTEND",
+    "RL.LIMIT",
+    "RL.POLICY.SET",
+    "RL.POLICY.DEL",
+    "RL.POLICY.GET",
+    "RL.POLICY.LIST",
 ];
+/// Stored policy names (`nope` is rarely defined: RL.LIMIT then fails).
+const POLICY_NAMES: &[&str] = &["p1", "p2", "p3", "nope"];
 /// Keys the fuzz plays on; `str` and `hash` hold other types throughout.
 const KEYS: &[&str] = &[
     "{f}tb", "{f}w", "{f}sl", "{f}g", "{f}x", "{f}y", "{f}l", "str", "hash",
@@ -213,6 +220,25 @@ fn valid(g: &mut Gen) -> Argv {
         "RL.REFUND" => out.extend([key, word(g.pick(&["1", "5"]))]),
         "RL.UNLOCK" | "RL.PEEK" => out.push(key),
         "RL.RELEASE" => out.extend([key, lease_id(g)]),
+        "RL.LIMIT" => out.extend([key, word(g.pick(POLICY_NAMES))]),
+        "RL.POLICY.SET" => {
+            let name = if g.chance(90) { "p1" } else { "nope" };
+            out.push(word(if g.chance(50) {
+                name
+            } else {
+                g.pick(POLICY_NAMES)
+            }));
+            out.extend(limiter(g));
+            if out[2] == b"WINDOW" && g.chance(30) {
+                out.push(word("SLIDING"));
+            }
+            return out;
+        }
+        "RL.POLICY.DEL" | "RL.POLICY.GET" => {
+            out.push(word(g.pick(POLICY_NAMES)));
+            return out;
+        }
+        "RL.POLICY.LIST" => return out,
         "RL.EXTEND" => out.extend([key, lease_id(g), period]),
         "RL.APPLY" => out.extend([key, junk(g)]),
         "RL.TOKENBUCKET" | "RL.GCRA" => out.extend([key, limit, word("1"), period]),
@@ -309,6 +335,8 @@ fn pipeline(con: &mut Connection, cmds: &[redis::Cmd]) -> Vec<Value> {
 /// the key count, the replication offset; and the server time.
 struct Snapshot {
     keys: Vec<(String, i64)>,
+    /// RL.POLICY.GET of each of POLICY_NAMES.
+    policies: Vec<Value>,
     dbsize: i64,
     offset: i64,
     time_ms: i64,
@@ -325,7 +353,19 @@ fn snapshot_cmds() -> Vec<redis::Cmd> {
     cmds.push(to_cmd(&argv!["DBSIZE"]));
     cmds.push(to_cmd(&argv!["INFO", "replication"]));
     cmds.push(to_cmd(&argv!["TIME"]));
+    cmds.extend(policy_cmds());
     cmds
+}
+
+fn policy_cmds() -> Vec<redis::Cmd> {
+    POLICY_NAMES
+        .iter()
+        .map(|name| to_cmd(&argv!["RL.POLICY.GET", name]))
+        .collect()
+}
+
+fn policies(con: &mut Connection) -> Vec<Value> {
+    pipeline(con, &policy_cmds())
 }
 
 fn snapshot(values: &[Value]) -> Snapshot {
@@ -341,6 +381,7 @@ fn snapshot(values: &[Value]) -> Snapshot {
     );
     Snapshot {
         keys,
+        policies: rest[3..].to_vec(),
         dbsize: int(&rest[0]),
         offset: offset_of(&rest[1]),
         time_ms: secs * 1000 + micros / 1000,
@@ -365,6 +406,10 @@ fn unchanged_but_for_expiry(before: &Snapshot, after: &Snapshot, context: &str) 
             expired += 1;
         }
     }
+    assert_eq!(
+        before.policies, after.policies,
+        "{context}: an error changed a stored policy"
+    );
     // Other keys (made by earlier fuzzed calls) may expire meanwhile too, so
     // the count may drop; an error must never add a key.
     assert!(
@@ -448,6 +493,11 @@ fn replica_equal(primary: &Server, replica: &Server, context: &str) {
         differ.is_empty(),
         "{context}: replica values differ: {differ:#?}"
     );
+    assert_eq!(
+        policies(&mut r),
+        policies(&mut p),
+        "{context}: replica policies"
+    );
 }
 
 /// DEBUG RELOAD (an RDB round trip) keeps every key that is not about to
@@ -457,7 +507,13 @@ fn reload_keeps_state(con: &mut Connection, context: &str) {
     let now = server_time_ms(con);
     let keys = durable_keys(con, now);
     let before = digests_and_expiries(con, &keys);
+    let defined = policies(con);
     q(con, &argv!["DEBUG", "RELOAD"]);
+    assert_eq!(
+        policies(con),
+        defined,
+        "{context}: DEBUG RELOAD changed a policy"
+    );
     assert_eq!(
         digests_and_expiries(con, &keys),
         before,
