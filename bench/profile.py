@@ -35,6 +35,9 @@ CASES = [
     ("RL.WINDOW BRIEF", ["RL.WINDOW", "fb:__rand_int__", "1000000", "1h", "BRIEF"]),
     ("RL.WINDOW SLIDING", ["RL.WINDOW", "sw:__rand_int__", "1000000", "1h", "SLIDING"]),
     ("RL.TOKENBUCKET", ["RL.TOKENBUCKET", "tb:__rand_int__", "1000000", "1000", "1s"]),
+    # A bucket that does not fill up again between calls, so its key stays
+    # (the row above is full 1 ms after a call: nearly every call creates it).
+    ("RL.TOKENBUCKET, keys that stay", ["RL.TOKENBUCKET", "tk:__rand_int__", "1000000", "1", "1h"]),
     ("RL.SLIDINGLOG limit 1000", ["RL.SLIDINGLOG", "sl:__rand_int__", "1000", "10s"]),
     ("RL.GCRA", ["RL.GCRA", "gc:__rand_int__", "1000000", "1000", "1s"]),
     ("CL.THROTTLE", ["CL.THROTTLE", "cl:__rand_int__", "999999", "1000", "1"]),
