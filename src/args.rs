@@ -393,7 +393,10 @@ pub fn throttle(
 /// `ratelimit.max-limiters` says otherwise.
 pub const DEFAULT_MAX_LIMITERS: usize = 16;
 
-const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN], a limiter per key: TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period";
+const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN], a limiter per key: TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period | POLICY name";
+
+/// A stored policy by name (RL.ALL's `POLICY name`), from the shell.
+pub type PolicyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<Policy>;
 
 fn is_algorithm_name(word: &[u8]) -> bool {
     ["TOKENBUCKET", "WINDOW", "SLIDINGLOG", "GCRA"]
@@ -532,6 +535,7 @@ fn block_with_count_denied() -> ArgError {
 pub fn all(
     args: &(impl Args + ?Sized),
     max_limiters: usize,
+    stored: PolicyLookup,
 ) -> Result<(usize, Vec<Policy>, Options), ArgError> {
     let numkeys = parse_u64(args.get(0))
         .filter(|n| (1..=max_limiters as u64).contains(n))
@@ -549,7 +553,8 @@ pub fn all(
     }
     let mut policies = Vec::with_capacity(numkeys);
     let mut i = 1 + numkeys;
-    while i < args.count() && is_algorithm_name(args.get(i)) {
+    let is_policy = |word: &[u8]| word.eq_ignore_ascii_case(b"POLICY");
+    while i < args.count() && (is_algorithm_name(args.get(i)) || is_policy(args.get(i))) {
         let n = policies.len() + 1;
         if n > numkeys {
             return Err(ArgError(format!(
@@ -557,13 +562,33 @@ pub fn all(
             )));
         }
         let word = args.get(i);
-        let (policy, used) =
-            limiter_at(args, i, &|field| format!("{field} of limiter {n}"), &|| {
+        let lacking = || {
+            ArgError(format!(
+                "ERR limiter {n} ({}) lacks arguments: {ALL_USAGE}",
+                quoted(word)
+            ))
+        };
+        let (policy, used) = if is_policy(word) {
+            let name = if i + 1 < args.count() {
+                args.get(i + 1)
+            } else {
+                return Err(lacking());
+            };
+            let policy = stored(name).ok_or_else(|| {
                 ArgError(format!(
-                    "ERR limiter {n} ({}) lacks arguments: {ALL_USAGE}",
-                    quoted(word)
+                    "ERR no policy named '{}' on this node (limiter {n})",
+                    quoted(name)
                 ))
             })?;
+            (policy, 2)
+        } else {
+            limiter_at(
+                args,
+                i,
+                &|field| format!("{field} of limiter {n}"),
+                &lacking,
+            )?
+        };
         policies.push(policy);
         i += used;
     }
@@ -574,7 +599,7 @@ pub fn all(
             "the end of the command".to_string()
         };
         return Err(ArgError(format!(
-            "ERR limiter {} must start with TOKENBUCKET, WINDOW, SLIDINGLOG or GCRA, not {found} (numkeys is {numkeys})",
+            "ERR limiter {} must start with TOKENBUCKET, WINDOW, SLIDINGLOG, GCRA or POLICY, not {found} (numkeys is {numkeys})",
             policies.len() + 1
         )));
     }
@@ -695,7 +720,7 @@ mod tests {
         let parse = |w: &str| {
             let owned = words(w);
             let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
-            all(args.as_slice(), DEFAULT_MAX_LIMITERS)
+            all(args.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None)
         };
         let (n, policies, options) =
             parse("3 a b c TOKENBUCKET 10 1 1s window 100 1m SLIDING GCRA 5 1 1s COST 2 DRYRUN")

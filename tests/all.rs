@@ -307,7 +307,7 @@ fn bad_input_changes_nothing() {
         (argv!["RL.ALL", "x", "{b}a", "WINDOW", 5, "1h"], "ERR numkeys must be"),
         (argv!["RL.ALL", 17, "{b}a", "WINDOW", 5, "1h"], "ERR numkeys must be"),
         (argv!["RL.ALL", 5, "{b}a", "{b}b", "WINDOW", 5], "ERR numkeys is 5 but only 4 keys follow"),
-        (w(&["WINDOW", "5", "1h"]), "ERR limiter 2 must start with TOKENBUCKET, WINDOW, SLIDINGLOG or GCRA, not the end"),
+        (w(&["WINDOW", "5", "1h"]), "ERR limiter 2 must start with TOKENBUCKET, WINDOW, SLIDINGLOG, GCRA or POLICY, not the end"),
         (w(&["WINDOW", "5", "1h", "COST", "1"]), "ERR limiter 2 must start with"),
         (w(&["WINDOW", "5", "1h", "GCRA", "5", "1", "1h", "WINDOW", "1", "1h"]), "ERR more limiters than keys"),
         (w(&["WINDOW", "0", "1h", "GCRA", "5", "1", "1h"]), "ERR limit of limiter 1 must be an integer"),

@@ -187,15 +187,16 @@ fn lease_id(g: &mut Gen) -> Vec<u8> {
     }
 }
 
-/// A limiter spec as RL.ALL takes it.
+/// A limiter spec as RL.ALL takes it (RL.POLICY.SET's when not `POLICY`).
 fn limiter(g: &mut Gen) -> Argv {
     let limit = word(g.pick(&["1", "3", "10"]));
     let period = word(g.pick(&["5ms", "100ms", "1h"]));
-    match g.below(4) {
+    match g.below(5) {
         0 => vec![word("TOKENBUCKET"), limit, word("1"), period],
         1 => vec![word("WINDOW"), limit, period],
         2 => vec![word("SLIDINGLOG"), limit, period],
-        _ => vec![word("GCRA"), limit, word("1"), period],
+        3 => vec![word("GCRA"), limit, word("1"), period],
+        _ => vec![word("POLICY"), word(g.pick(POLICY_NAMES))],
     }
 }
 

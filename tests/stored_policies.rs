@@ -348,3 +348,66 @@ fn an_application_user_applies_policies_but_cannot_change_them() {
     }
     assert_eq!(get(&mut admin, "api").unwrap(), ["WINDOW", "5", "1h"]);
 }
+
+#[test]
+fn rl_all_takes_stored_policies_beside_inline_limiters() {
+    let server = Server::start();
+    let mut con = server.conn();
+    avoid_boundary(&mut con, ONE_HOUR_MS, 60_000);
+    set(&mut con, "per-user", &["WINDOW", "3", "1h"]);
+    let by_name = argv![
+        "RL.ALL",
+        2,
+        "all:a:user",
+        "all:a:ip",
+        "POLICY",
+        "per-user",
+        "GCRA",
+        5,
+        1,
+        "1h",
+        "COST",
+        1
+    ];
+    let inline = argv![
+        "RL.ALL",
+        2,
+        "all:b:user",
+        "all:b:ip",
+        "WINDOW",
+        3,
+        "1h",
+        "GCRA",
+        5,
+        1,
+        "1h",
+        "COST",
+        1
+    ];
+    for _ in 0..5 {
+        let replies = exec(&mut con, &[by_name.clone(), inline.clone()]);
+        assert_eq!(replies[0], replies[1]);
+    }
+    assert_eq!(
+        digest(&mut con, "all:a:user"),
+        digest(&mut con, "all:b:user")
+    );
+    assert_eq!(digest(&mut con, "all:a:ip"), digest(&mut con, "all:b:ip"));
+    let error = q_err(
+        &mut con,
+        &argv!["RL.ALL", 2, "all:c:1", "all:c:2", "POLICY", "nope", "WINDOW", 3, "1h"],
+    );
+    assert!(
+        error.contains("no policy named 'nope' on this node (limiter 1)"),
+        "{error}"
+    );
+    let error = q_err(
+        &mut con,
+        &argv!["RL.ALL", 2, "all:c:1", "all:c:2", "POLICY"],
+    );
+    assert!(
+        error.contains("limiter 1 (POLICY) lacks arguments"),
+        "{error}"
+    );
+    assert!(!exists(&mut con, "all:c:1"));
+}

@@ -32,8 +32,12 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         }
         return ffi::reply_ok(ctx);
     }
-    let (numkeys, policies, options) = match args::all(&Argv(&argv[1..]), controls::max_limiters())
-    {
+    let parsed = args::all(
+        &Argv(&argv[1..]),
+        controls::max_limiters(),
+        &super::stored::lookup,
+    );
+    let (numkeys, policies, options) = match parsed {
         Ok(parsed) => parsed,
         Err(error) => return fail(ctx, &error.0),
     };

@@ -126,41 +126,56 @@ pub const THROTTLE: &[Arg] = &[
         ..int(c"quantity")
     },
 ];
-/// One limiter as RL.ALL and RL.POLICY.SET take it.
+const TOKENBUCKET_BLOCK: Arg = block(
+    c"tokenbucket",
+    c"TOKENBUCKET",
+    &[
+        int(c"capacity"),
+        int(c"refill_amount"),
+        duration(c"refill_period"),
+    ],
+);
+const WINDOW_BLOCK: Arg = block(
+    c"window",
+    c"WINDOW",
+    &[
+        int(c"limit"),
+        duration(c"period"),
+        flag(c"sliding", c"SLIDING"),
+    ],
+);
+const SLIDINGLOG_BLOCK: Arg = block(
+    c"slidinglog",
+    c"SLIDINGLOG",
+    &[
+        int(c"limit"),
+        duration(c"period"),
+        flag(c"countdenied", c"COUNTDENIED"),
+    ],
+);
+const GCRA_BLOCK: Arg = block(
+    c"gcra",
+    c"GCRA",
+    &[int(c"burst"), int(c"rate"), duration(c"period")],
+);
+/// One limiter as RL.POLICY.SET takes it.
 const LIMITER: Arg = Arg {
     sub: &[
-        block(
-            c"tokenbucket",
-            c"TOKENBUCKET",
-            &[
-                int(c"capacity"),
-                int(c"refill_amount"),
-                duration(c"refill_period"),
-            ],
-        ),
-        block(
-            c"window",
-            c"WINDOW",
-            &[
-                int(c"limit"),
-                duration(c"period"),
-                flag(c"sliding", c"SLIDING"),
-            ],
-        ),
-        block(
-            c"slidinglog",
-            c"SLIDINGLOG",
-            &[
-                int(c"limit"),
-                duration(c"period"),
-                flag(c"countdenied", c"COUNTDENIED"),
-            ],
-        ),
-        block(
-            c"gcra",
-            c"GCRA",
-            &[int(c"burst"), int(c"rate"), duration(c"period")],
-        ),
+        TOKENBUCKET_BLOCK,
+        WINDOW_BLOCK,
+        SLIDINGLOG_BLOCK,
+        GCRA_BLOCK,
+    ],
+    ..arg(c"limiter", Kind::OneOf)
+};
+/// RL.ALL's: those, or a stored policy by name.
+const ALL_LIMITER: Arg = Arg {
+    sub: &[
+        TOKENBUCKET_BLOCK,
+        WINDOW_BLOCK,
+        SLIDINGLOG_BLOCK,
+        GCRA_BLOCK,
+        block(c"policy", c"POLICY", &[arg(c"name", Kind::Text)]),
     ],
     ..arg(c"limiter", Kind::OneOf)
 };
@@ -172,7 +187,7 @@ pub const ALL: &[Arg] = with_options![
     },
     Arg {
         flags: MULTIPLE,
-        ..LIMITER
+        ..ALL_LIMITER
     },
 ];
 pub const LIMIT: &[Arg] = with_block_options![key(), arg(c"policy", Kind::Text)];

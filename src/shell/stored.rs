@@ -109,10 +109,14 @@ pub fn list(ctx: Ctx, _argv: &[Str]) -> c_int {
     POLICIES.with_borrow(|p| ffi::reply_bulks(ctx, p.keys().map(Vec::as_slice)))
 }
 
+/// The policy stored under `name`.
+pub fn lookup(name: &[u8]) -> Option<Policy> {
+    POLICIES.with_borrow(|p| p.get(name).map(|s| s.policy))
+}
+
 /// `RL.LIMIT key policy [options]`: the policy's command on `key`.
 pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
-    let Some(policy) = POLICIES.with_borrow(|p| p.get(ffi::bytes(argv[2])).map(|s| s.policy))
-    else {
+    let Some(policy) = lookup(ffi::bytes(argv[2])) else {
         return commands::fail(
             ctx,
             &format!(
