@@ -72,6 +72,19 @@ fn key_positions_are_honoured_in_cluster_mode() {
         e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED"),
         "RL.APPLY: {e}"
     );
+    // Stored policies have no key: any node takes them; RL.LIMIT routes by
+    // its key like the algorithm's command.
+    assert_eq!(
+        q(&mut con, &argv!["RL.POLICY.SET", "p", "WINDOW", 5, "1h"]),
+        redis::Value::Okay
+    );
+    assert!(rl(&mut con, &argv!["RL.LIMIT", &mine, "p"]).allowed);
+    let e = q_err(&mut con, &argv!["RL.LIMIT", &theirs, "p"]);
+    assert!(
+        e.starts_with("CLUSTERDOWN") || e.starts_with("MOVED"),
+        "RL.LIMIT on a key of an unserved slot: {e}"
+    );
+    assert_eq!(int(&q(&mut con, &argv!["DBSIZE"])), 1);
 }
 
 #[test]
