@@ -503,14 +503,10 @@ pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<Policy, ArgError
     Ok(policy)
 }
 
-/// The options of `RL.LIMIT key policy [options]` (from `first`), for
-/// `policy`: those of the algorithm's own command.
-pub fn limit_options(
-    args: &(impl Args + ?Sized),
-    first: usize,
-    policy: &Policy,
-) -> Result<Options, ArgError> {
-    let options = options(args, first, None)?;
+/// The options of `RL.LIMIT key policy [options]`, for `policy`: those of
+/// the algorithm's own command.
+pub fn limit_options(args: &(impl Args + ?Sized), policy: &Policy) -> Result<Options, ArgError> {
+    let options = options(args, 0, None)?;
     if let Policy::SlidingLog {
         count_denied: true, ..
     } = policy

@@ -43,8 +43,9 @@ static STATE: AtomicU8 = AtomicU8::new(ON);
 /// a second guard: an AOF, a replica role or cluster mode turns it on.
 pub fn needed(ctx: Ctx) -> bool {
     match STATE.load(Ordering::Relaxed) {
+        ON => return true,
         OFF => {}
-        RECHECK if nothing_can_consume(ctx) => STATE.store(OFF, Ordering::Relaxed),
+        _ if nothing_can_consume(ctx) => STATE.store(OFF, Ordering::Relaxed),
         _ => {
             turn_on();
             return true;
@@ -114,47 +115,46 @@ pub fn on_event(ctx: Ctx, id: u64, subevent: u64) {
 
 /// A standalone primary without AOF, backlog, replicas or a fork child.
 fn nothing_can_consume(ctx: Ctx) -> bool {
-    let checks: [(&CStr, &[(&CStr, i64)]); 3] = [
+    let checks: [(&CStr, &[(&CStr, &str)]); 3] = [
         (
             c"replication",
-            &[(c"connected_slaves", 0), (c"repl_backlog_active", 0)],
+            &[
+                (c"role", "master"),
+                (c"connected_slaves", "0"),
+                (c"repl_backlog_active", "0"),
+            ],
         ),
         (
             c"persistence",
             &[
-                (c"aof_enabled", 0),
-                (c"rdb_bgsave_in_progress", 0),
-                (c"aof_rewrite_in_progress", 0),
-                (c"module_fork_in_progress", 0),
+                (c"aof_enabled", "0"),
+                (c"rdb_bgsave_in_progress", "0"),
+                (c"aof_rewrite_in_progress", "0"),
+                (c"module_fork_in_progress", "0"),
             ],
         ),
-        (c"cluster", &[(c"cluster_enabled", 0)]),
+        (c"cluster", &[(c"cluster_enabled", "0")]),
     ];
-    let primary = info_field(ctx, c"replication", c"role").as_deref() == Some("master");
-    primary
-        && checks.iter().all(|(section, fields)| {
-            fields
-                .iter()
-                .all(|(field, want)| info_number(ctx, section, field) == Some(*want))
-        })
+    checks
+        .iter()
+        .all(|(section, fields)| info_fields_are(ctx, section, fields))
 }
 
-fn info_number(ctx: Ctx, section: &CStr, field: &CStr) -> Option<i64> {
-    info_field(ctx, section, field)?.parse().ok()
-}
-
-/// One field of one INFO section, as text (None when it is missing).
-fn info_field(ctx: Ctx, section: &CStr, field: &CStr) -> Option<String> {
-    // SAFETY: ctx is live; the info data is freed before returning and the
-    // field's C string is copied out before that.
+/// Whether each field of one INFO section (read once) has its value; a
+/// missing field is not.
+fn info_fields_are(ctx: Ctx, section: &CStr, fields: &[(&CStr, &str)]) -> bool {
+    // SAFETY: ctx is live; the info data is freed before returning, and each
+    // field's C string is compared before that.
     unsafe {
         let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, section.as_ptr());
         if data.is_null() {
-            return None;
+            return false;
         }
-        let value = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
-        let text = (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned());
+        let all = fields.iter().all(|(field, want)| {
+            let value = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
+            !value.is_null() && CStr::from_ptr(value).to_bytes() == want.as_bytes()
+        });
         raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
-        text
+        all
     }
 }

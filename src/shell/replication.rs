@@ -107,22 +107,19 @@ thread_local! {
 }
 
 /// Applies the effect of a command to its key and queues it for replicas
-/// and the AOF (when anything can read them: propagation.rs).
+/// and the AOF; where nothing can read them (propagation.rs) it only counts
+/// the change, by queueing the client's own command, which the server drops.
 pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<(), &'static str> {
     // A change granted to a waiter is made in a reply callback, whose client
-    // has no argv to pass on verbatim: it always takes the full path.
-    if !propagation::needed(ctx) && !super::blocking::serving() {
-        apply(key, effect)?;
-        ffi::signal_modified(ctx, key_name);
-        super::blocking::key_changed(ctx, key_name);
-        ffi::replicate_verbatim(ctx);
-        return Ok(());
-    }
+    // has no argv to pass on verbatim: it always builds the effect.
+    let build = propagation::needed(ctx) || super::blocking::serving();
     // Encoded before it is applied (applying consumes it), sent after, in a
     // buffer reused across calls: no allocation on this path.
     EFFECT_BUFFER.with_borrow_mut(|blob| {
         blob.clear();
-        codec::encode_effect(&effect, blob);
+        if build {
+            codec::encode_effect(&effect, blob);
+        }
         apply(key, effect)?;
         ffi::signal_modified(ctx, key_name);
         // Waiters of this key try again: the change may have freed their permit.
@@ -130,7 +127,9 @@ pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<
         // The change is made: the client is told its outcome either way. The
         // server only refuses an unknown command or format, which would be a
         // bug here, so say so loudly in the log.
-        if !ffi::replicate(ctx, APPLY_COMMAND, key_name, blob) {
+        if !build {
+            ffi::replicate_verbatim(ctx);
+        } else if !ffi::replicate(ctx, APPLY_COMMAND, key_name, blob) {
             ffi::log_warning(ctx, c"ratelimit: the server refused to propagate rl.apply; replicas and the AOF miss a change");
         }
         Ok(())

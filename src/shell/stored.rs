@@ -53,10 +53,6 @@ impl Args for [Vec<u8>] {
     }
 }
 
-fn parse(definition: &[Vec<u8>]) -> Result<Policy, args::ArgError> {
-    args::policy_definition(definition)
-}
-
 /// `RL.POLICY.SET name definition...`: defines or replaces a policy.
 pub fn set(ctx: Ctx, argv: &[Str]) -> c_int {
     let name = match args::policy_name(ffi::bytes(argv[1])) {
@@ -64,7 +60,7 @@ pub fn set(ctx: Ctx, argv: &[Str]) -> c_int {
         Err(error) => return commands::fail(ctx, &error.0),
     };
     let definition: Vec<Vec<u8>> = argv[2..].iter().map(|s| ffi::bytes(*s).to_vec()).collect();
-    let policy = match parse(&definition) {
+    let policy = match args::policy_definition(definition.as_slice()) {
         Ok(policy) => policy,
         Err(error) => return commands::fail(ctx, &error.0),
     };
@@ -125,7 +121,7 @@ pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
             ),
         );
     };
-    match args::limit_options(&Argv(&argv[3..]), 0, &policy) {
+    match args::limit_options(&Argv(&argv[3..]), &policy) {
         Ok(options) => commands::start(ctx, argv[1], policy, options),
         Err(error) => commands::fail(ctx, &error.0),
     }
@@ -229,7 +225,7 @@ unsafe fn load_policies(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int
         let Some(definition) = (0..words).map(|_| load()).collect::<Option<Vec<_>>>() else {
             return err;
         };
-        let Ok(policy) = parse(&definition) else {
+        let Ok(policy) = args::policy_definition(definition.as_slice()) else {
             return err;
         };
         loaded.insert(name, Stored { policy, definition });
