@@ -96,7 +96,7 @@ fuzz: build
 	@seed="$${FUZZ_SEED:-$$(date +%s)}"; log=target/fuzz.log; start=$$(date +%s); \
 	echo "fuzz: seed $$seed, $(FUZZ_CASES) cases per target, log $$log"; \
 	if RL_FUZZ_SEED=$$seed RL_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --test fuzz -- --nocapture >$$log 2>&1 && \
-	   RL_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --lib codec_survives >>$$log 2>&1; \
+	   RL_FUZZ_CASES=$(FUZZ_CASES) $(CARGO) test --release --lib -- codec_survives every_change_to_a_loadable_state >>$$log 2>&1; \
 	then grep '^fuzz_' $$log; echo "fuzz: PASS, seed $$seed, $(FUZZ_CASES) cases per target, $$(( $$(date +%s) - start )) s"; \
 	else grep -E '^fuzz_|panicked|seed [0-9]+ case' $$log | head -20; \
 	  echo "fuzz: FAIL, seed $$seed (reproduce: make fuzz FUZZ_SEED=$$seed), see $$log"; exit 1; fi

@@ -16,7 +16,7 @@ use super::sliding_log::{LogParams, LogRecord, SlidingLog};
 use super::time::Nanos;
 use super::token_bucket::{TokenBucket, TokenBucketParams};
 use super::window::{Window, WindowParams};
-use super::{varint, Millis, MAX_COUNT, MAX_PERIOD, MAX_TIME, MIN_PERIOD};
+use super::{bounds, varint, Millis, MAX_TIME};
 
 pub const FORMAT_VERSION: u8 = 1;
 const LOG_RECORD: u8 = 0x80;
@@ -51,17 +51,19 @@ impl Reader<'_> {
     }
 
     fn count(&mut self) -> Option<u64> {
-        self.u64().filter(|n| (1..=MAX_COUNT).contains(n))
+        self.u64().filter(|n| bounds::is_count(*n))
     }
 
     fn period(&mut self) -> Option<Millis> {
-        self.u64()
-            .map(Millis)
-            .filter(|p| (MIN_PERIOD..=MAX_PERIOD).contains(p))
+        self.u64().map(Millis).filter(|p| bounds::is_period(*p))
     }
 
     fn time(&mut self) -> Option<Millis> {
-        self.u64().map(Millis).filter(|t| *t <= MAX_TIME)
+        self.u64().map(Millis).filter(|t| bounds::is_anchor(*t))
+    }
+
+    fn deadline(&mut self) -> Option<Millis> {
+        self.u64().map(Millis).filter(|t| bounds::is_deadline(*t))
     }
 
     fn lease_count(&mut self) -> Option<u64> {
@@ -140,7 +142,34 @@ pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
     }
 }
 
+/// How strictly a stored limiter is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loading {
+    /// Refuse anything no command could have written (RESTORE, RL.APPLY).
+    Strict,
+    /// As strict, but a value that an earlier version accepted and this one
+    /// refuses (a lease limiter holding more than its limit, a lease longer
+    /// than the longest TTL, a locked GCRA limiter behind its lock: only a
+    /// RESTORE of a crafted payload made them) is brought within the bounds
+    /// instead, so that a file written by that version still loads whole
+    /// (RDB and AOF loading, a replica's full sync).
+    Repair,
+}
+
 pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
+    decode_limiter_with(bytes, Loading::Strict)
+}
+
+/// A limiter read from a file: strictly when it can be, else repaired (see
+/// [`Loading::Repair`]). The flag says whether it was repaired.
+pub fn decode_stored(bytes: &[u8]) -> Option<(Limiter, bool)> {
+    match decode_limiter_with(bytes, Loading::Strict) {
+        Some(limiter) => Some((limiter, false)),
+        None => decode_limiter_with(bytes, Loading::Repair).map(|l| (l, true)),
+    }
+}
+
+fn decode_limiter_with(bytes: &[u8], loading: Loading) -> Option<Limiter> {
     let mut r = Reader { bytes, pos: 0 };
     if r.u8()? != FORMAT_VERSION {
         return None;
@@ -227,20 +256,24 @@ pub fn decode_limiter(bytes: &[u8]) -> Option<Limiter> {
             for _ in 0..count {
                 held.push(Lease {
                     id: LeaseId(r.u64()?),
-                    expires_at: r.time()?,
+                    expires_at: r.deadline()?,
                     cost: r.lease_count()?,
                 });
             }
-            Limiter::Lease(Box::new(Leases::restored(limit, last, held)?))
+            let leases = match loading {
+                Loading::Strict => Leases::restored(limit, last, held),
+                Loading::Repair => Leases::repaired(limit, last, held),
+            };
+            Limiter::Lease(Box::new(leases?))
         }
         LOCKED => {
-            let until = r.time()?;
-            let inner = decode_limiter(bytes.get(r.pos..)?)?;
-            // Nothing locks a lease limiter (RL.LEASE takes no LOCKOUT).
-            if matches!(inner, Limiter::Locked(_) | Limiter::Lease(_)) {
-                return None;
-            }
-            return Some(Limiter::Locked(Box::new(Locked { until, inner })));
+            let until = r.deadline()?;
+            let inner = decode_limiter_with(bytes.get(r.pos..)?, loading)?;
+            let locked = match loading {
+                Loading::Strict => Locked::restored(until, inner),
+                Loading::Repair => Locked::repaired(until, inner),
+            };
+            return locked.map(|l| Limiter::Locked(Box::new(l)));
         }
         _ => return None,
     };
@@ -300,13 +333,13 @@ pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
     }
     r.u8()?;
     let effect = if kind >= LEASE_GRANT {
-        Effect::Lease(match kind {
+        let change = match kind {
             LEASE_GRANT => LeaseChange::Grant {
                 limit: r.lease_count()?,
                 at: r.time()?,
                 lease: Lease {
                     id: LeaseId(r.u64()?),
-                    expires_at: r.time()?,
+                    expires_at: r.deadline()?,
                     cost: r.lease_count()?,
                 },
             },
@@ -317,9 +350,19 @@ pub fn decode_effect(bytes: &[u8]) -> Option<Effect> {
             _ => LeaseChange::Extend {
                 at: r.time()?,
                 id: LeaseId(r.u64()?),
-                expires_at: r.time()?,
+                expires_at: r.deadline()?,
             },
-        })
+        };
+        // A lease is granted or extended at the change's time, for one TTL.
+        let ends = match change {
+            LeaseChange::Grant { lease, .. } => Some(lease.expires_at),
+            LeaseChange::Extend { expires_at, .. } => Some(expires_at),
+            LeaseChange::Release { .. } => None,
+        };
+        if ends.is_some_and(|end| !bounds::is_deadline_after(change.at(), end)) {
+            return None;
+        }
+        Effect::Lease(change)
     } else if kind == LOG_RECORD {
         Effect::LogRecord(LogRecord {
             params: LogParams {

@@ -21,14 +21,18 @@
 //! interval itself down to whole nanoseconds and derives tau from that;
 //! `Interval::RedisCell` does the same so its replies match to the second.
 
+use super::bounds::clock;
 use super::time::{Nanos, NANOS_PER_MILLI};
-use super::{Millis, Outcome, RetryAfter};
+use super::{Millis, Outcome, RetryAfter, MAX_TIME};
 
 /// The TAT is stored in 96 bits; tolerances up to 2^94 ns (about 627 billion
 /// years) keep `now + tau` far below that for any clock a u64 of
 /// milliseconds can show.
 pub const MAX_TOLERANCE: Nanos = Nanos(1 << 94);
-const MAX_TAT: u128 = (1 << 96) - 1;
+/// The latest TAT a request can set: an admitted request moves the TAT to
+/// at most `now + tau`, with the clock at most `MAX_TIME`. A change of
+/// parameters keeps the TAT, so the bound is the largest tolerance's.
+const MAX_TAT: u128 = MAX_TIME.0 as u128 * NANOS_PER_MILLI + MAX_TOLERANCE.0;
 
 /// How the emission interval `period / rate` is rounded to nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,6 +150,11 @@ impl Gcra {
         (params.check().is_ok() && tat.0 <= MAX_TAT).then(|| Gcra::new(params, tat))
     }
 
+    /// This limiter with its TAT moved up to `floor` if it was earlier.
+    pub fn with_tat_at_least(&self, floor: Nanos) -> Gcra {
+        Gcra::new(self.params(), self.tat().max(floor))
+    }
+
     /// The moment the schedule is caught up (the limiter is full): its key
     /// expires then.
     pub fn full_at(&self) -> Millis {
@@ -177,7 +186,7 @@ pub fn decide(
     now: Millis,
     cost: u64,
 ) -> (Verdict, Option<Gcra>) {
-    let now = Nanos::from_millis(now);
+    let now = Nanos::from_millis(clock(now));
     // A clock that went back leaves the TAT where it is: further ahead.
     let tat = state.map_or(now, |s| s.tat()).max(now);
     let ahead = tat.saturating_sub(now).0;
@@ -214,7 +223,7 @@ pub fn decide(
 /// the new state and the requests given back (a fraction of T counts as one).
 pub fn refund(state: &Gcra, now: Millis, amount: u64) -> (Gcra, u64) {
     let params = state.params();
-    let now = Nanos::from_millis(now);
+    let now = Nanos::from_millis(clock(now));
     let tat = state.tat().max(now);
     let back = params.share(amount).min(tat.0 - now.0);
     let given = u64::try_from(back.div_ceil(params.interval_ns())).unwrap_or(amount);

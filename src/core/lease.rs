@@ -10,6 +10,7 @@
 //! their time: applying one first drops what had expired by then, so every
 //! copy reaches the same state without a clock.
 
+use super::bounds::{self, clock};
 use super::{until, Millis, Outcome, RetryAfter};
 
 /// The largest `limit` of a lease limiter: bounds a key's memory (24 bytes a
@@ -120,7 +121,10 @@ impl Leases {
 
     /// A state loaded from outside (RDB, RESTORE) is accepted only when this
     /// code could have produced it: leases in order, ids unique, each holding
-    /// at least one slot, no more than the largest limit in all.
+    /// at least one slot, no more slots in all than the limit (a grant must
+    /// fit, and a lowered limit is stored only by a grant that fits under
+    /// it), each live at the last change and ending at most the longest TTL
+    /// after it (every grant and extension is made at the last change).
     pub fn restored(limit: u64, last: Millis, held: Vec<Lease>) -> Option<Leases> {
         let in_order = held
             .windows(2)
@@ -131,15 +135,38 @@ impl Leases {
         let total = held.iter().try_fold(0u64, |sum, l| {
             (l.cost >= 1).then(|| sum.checked_add(l.cost))?
         });
-        let fits = total.is_some_and(|t| t <= MAX_LEASE_LIMIT);
-        // Every change drops the leases expired by its time.
-        let live = held.iter().all(|l| l.expires_at > last);
+        let fits = total.is_some_and(|t| t <= limit);
+        let live = held
+            .iter()
+            .all(|l| bounds::is_deadline_after(last, l.expires_at));
         ((1..=MAX_LEASE_LIMIT).contains(&limit)
+            && bounds::is_anchor(last)
             && in_order
             && ids.len() == held.len()
             && fits
             && live)
             .then_some(Leases { limit, last, held })
+    }
+
+    /// A state an earlier version loaded and this one refuses, brought
+    /// within the bounds: a lease ending later than the longest TTL after
+    /// the last change ends then, and the limit is raised to the slots held
+    /// (the next grant stores its own limit). None when even that does not
+    /// make it valid.
+    pub fn repaired(limit: u64, last: Millis, held: Vec<Lease>) -> Option<Leases> {
+        let latest = last.saturating_add(bounds::MAX_PERIOD);
+        let mut held: Vec<Lease> = held
+            .into_iter()
+            .map(|l| Lease {
+                expires_at: l.expires_at.min(latest),
+                ..l
+            })
+            .collect();
+        held.sort_by_key(|l| (l.expires_at, l.id));
+        let total = held
+            .iter()
+            .try_fold(0u64, |sum, l| sum.checked_add(l.cost))?;
+        Leases::restored(limit.max(total), last, held)
     }
 
     /// When the last lease ends: the key expires then.
@@ -172,7 +199,31 @@ impl Leases {
         self.held.insert(position, lease);
     }
 
-    /// Applies a change made at its own time; what had expired by then goes.
+    /// Whether `change` can apply: a grant must fit beside the leases held
+    /// at its time (true of every grant `decide` makes; an RL.APPLY payload
+    /// that says otherwise is refused, so no copy ever holds more than its
+    /// limit).
+    pub fn accepts(&self, change: &LeaseChange) -> bool {
+        match *change {
+            LeaseChange::Grant { limit, at, lease } => {
+                let live = self.live(at.max(self.last));
+                let held: u64 = live.iter().map(|l| l.cost).sum();
+                // A grant whose id is held already adds nothing, but still
+                // sets the limit.
+                let adds = if live.iter().any(|l| l.id == lease.id) {
+                    0
+                } else {
+                    lease.cost
+                };
+                held.saturating_add(adds) <= limit
+            }
+            LeaseChange::Release { .. } | LeaseChange::Extend { .. } => true,
+        }
+    }
+
+    /// Applies a change made at its own time; what had expired by then goes,
+    /// and so does a lease whose new end is not after that time (a change
+    /// made behind this copy's last one, whose lease is over here).
     pub fn apply(&mut self, change: LeaseChange) {
         let at = change.at().max(self.last);
         let first = self.held.partition_point(|l| l.expires_at <= at);
@@ -181,7 +232,7 @@ impl Leases {
         match change {
             LeaseChange::Grant { limit, lease, .. } => {
                 self.limit = limit;
-                if self.held.iter().all(|l| l.id != lease.id) {
+                if self.held.iter().all(|l| l.id != lease.id) && lease.expires_at > at {
                     self.insert(lease);
                 }
             }
@@ -190,7 +241,9 @@ impl Leases {
                 if let Some(index) = self.held.iter().position(|l| l.id == id) {
                     let mut lease = self.held.remove(index);
                     lease.expires_at = expires_at;
-                    self.insert(lease);
+                    if expires_at > at {
+                        self.insert(lease);
+                    }
                 }
             }
         }
@@ -209,6 +262,7 @@ pub fn decide(
     now: Millis,
     cost: u64,
 ) -> (Outcome, Option<(Millis, Lease)>) {
+    let now = clock(now);
     let empty;
     let leases = match state {
         Some(leases) => leases,
@@ -225,7 +279,7 @@ pub fn decide(
     let allowed = cost == 0 || (cost <= limit && in_use.saturating_add(cost) <= limit);
     let granted = (allowed && cost > 0).then_some(Lease {
         id: LeaseId(0),
-        expires_at: at.saturating_add(params.ttl),
+        expires_at: at.saturating_add(bounds::duration(params.ttl)),
         cost,
     });
     let in_use_after = in_use + granted.map_or(0, |l| l.cost);
@@ -280,7 +334,7 @@ pub fn grant(params: LeaseParams, at: Millis, lease: Lease, id: LeaseId) -> Leas
 /// Gives back the lease `id` at `now`. None when no such lease is held
 /// (never granted, released already, or expired: its slots are free).
 pub fn release(state: &Leases, id: LeaseId, now: Millis) -> Option<LeaseChange> {
-    let at = now.max(state.last);
+    let at = clock(now).max(state.last);
     state.find(id, at).map(|_| LeaseChange::Release { at, id })
 }
 
@@ -288,11 +342,11 @@ pub fn release(state: &Leases, id: LeaseId, now: Millis) -> Option<LeaseChange> 
 /// None when no such lease is held: an expired lease is not revived, its
 /// slots may have gone to someone else.
 pub fn extend(state: &Leases, id: LeaseId, ttl: Millis, now: Millis) -> Option<LeaseChange> {
-    let at = now.max(state.last);
+    let at = clock(now).max(state.last);
     state.find(id, at).map(|_| LeaseChange::Extend {
         at,
         id,
-        expires_at: at.saturating_add(ttl),
+        expires_at: at.saturating_add(bounds::duration(ttl)),
     })
 }
 

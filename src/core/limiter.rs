@@ -2,9 +2,11 @@
 //! change it. An effect is what replication and the AOF carry: applying it
 //! needs no clock and no decision, so every copy reaches the same state.
 
+use super::bounds::{self, clock};
 use super::gcra::{self, Gcra};
 use super::lease::{self, LeaseChange, LeaseParams, Leases};
 use super::sliding_log::{self, LogRecord, SlidingLog};
+use super::time::Nanos;
 use super::token_bucket::{self, TokenBucket};
 use super::window::{self, Window};
 use super::{Millis, Outcome};
@@ -124,6 +126,7 @@ impl Limiter {
     /// `refund`). Returns the effect to apply (none when nothing comes back)
     /// and how much is given back.
     pub fn refund(&self, now: Millis, amount: u64) -> (Option<Effect>, u64) {
+        let now = clock(now);
         let (effect, given) = match self {
             Limiter::TokenBucket(b) => {
                 let (b, given) = token_bucket::refund(b, now, amount);
@@ -148,8 +151,13 @@ impl Limiter {
             // Slots come back by RL.RELEASE, which names the lease.
             Limiter::Lease(_) => return (None, 0),
             // A refund gives back to the limiter; a lock stays until it ends.
+            // The lock was set no earlier than its end minus the longest
+            // lockout: a clock reading before that has gone back, and stands
+            // still there (as every algorithm treats such a clock), so the
+            // limiter never moves back behind the lock's start.
             Limiter::Locked(locked) => {
-                let (effect, given) = locked.inner.refund(now, amount);
+                let since = bounds::set_no_earlier_than(locked.until);
+                let (effect, given) = locked.inner.refund(now.max(since), amount);
                 let inner = locked.inner.with_effect(effect);
                 let relocked = Limiter::Locked(Box::new(Locked {
                     until: locked.until,
@@ -161,23 +169,69 @@ impl Limiter {
         ((given > 0).then_some(effect), given)
     }
 
-    /// This limiter with `effect` applied (a pure twin of what replication
-    /// does in place).
+    /// This limiter with `effect` applied; an effect that does not apply
+    /// leaves it as it is.
     pub fn with_effect(&self, effect: Option<Effect>) -> Limiter {
         let mut out = self.clone();
-        match (effect, &mut out) {
-            (None, _) => {}
-            (Some(Effect::Replace(limiter)), _) => out = limiter,
-            (Some(Effect::Lease(change)), Limiter::Lease(leases)) => leases.apply(change),
-            (Some(effect), Limiter::SlidingLog(log)) => log.apply_effect(&effect),
-            (Some(effect), Limiter::Locked(locked)) => {
-                if let Limiter::SlidingLog(log) = &mut locked.inner {
-                    log.apply_effect(&effect);
-                }
-            }
-            (Some(_), _) => {}
+        if let Some(effect) = effect {
+            let _ = out.apply(effect);
         }
         out
+    }
+
+    /// Applies `effect` in place, as the command that made it, replication
+    /// and AOF replay all do. Every effect a command makes applies; an
+    /// RL.APPLY payload that does not is refused and changes nothing, so a
+    /// copy only ever holds states the loader accepts.
+    pub fn apply(&mut self, effect: Effect) -> Result<(), ApplyError> {
+        // A request logged after a lock ended leaves the lock behind.
+        if let (Limiter::Locked(locked), Effect::LogRecord(record)) = (&*self, &effect) {
+            if locked.until <= record.at && matches!(locked.inner, Limiter::SlidingLog(_)) {
+                *self = locked.inner.clone();
+            }
+        }
+        match (self, effect) {
+            (current, Effect::Replace(limiter)) => *current = limiter,
+            (Limiter::Lease(leases), Effect::Lease(change)) => {
+                if !leases.accepts(&change) {
+                    return Err(ApplyError::Refused);
+                }
+                leases.apply(change);
+            }
+            (_, Effect::Lease(_)) => return Err(ApplyError::WrongType),
+            (Limiter::SlidingLog(log), effect) => log.apply_effect(&effect),
+            (Limiter::Locked(locked), effect) => match &mut locked.inner {
+                Limiter::SlidingLog(log) => log.apply_effect(&effect),
+                _ => return Err(ApplyError::WrongType),
+            },
+            (_, Effect::LogRecord(_) | Effect::LogRefund { .. }) => {
+                return Err(ApplyError::WrongType)
+            }
+        }
+        Ok(())
+    }
+
+    /// What `effect` creates on a key that holds no limiter: nothing for a
+    /// refund, release or extension (there is nothing to give back or keep).
+    pub fn from_effect(effect: Effect) -> Result<Option<Limiter>, ApplyError> {
+        let limiter = match effect {
+            Effect::Replace(limiter) => limiter,
+            Effect::LogRecord(record) => {
+                let mut log = SlidingLog::new(record.params);
+                log.apply(record);
+                Limiter::SlidingLog(Box::new(log))
+            }
+            Effect::Lease(change @ LeaseChange::Grant { limit, .. }) => {
+                let mut leases = Leases::new(limit);
+                if !leases.accepts(&change) {
+                    return Err(ApplyError::Refused);
+                }
+                leases.apply(change);
+                Limiter::Lease(Box::new(leases))
+            }
+            Effect::LogRefund { .. } | Effect::Lease(_) => return Ok(None),
+        };
+        Ok(Some(limiter))
     }
 
     /// A lock whose time has passed is no lock: the limiter it holds.
@@ -199,7 +253,51 @@ impl Limiter {
     }
 }
 
+/// Why an effect does not apply to a limiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyError {
+    /// It is for another algorithm.
+    WrongType,
+    /// It would make a state no command could have made (a lease grant
+    /// beyond the limit).
+    Refused,
+}
+
 impl Locked {
+    /// A locked limiter loaded from outside, accepted only when a LOCKOUT
+    /// could have made it: its end a deadline, its limiter neither locked
+    /// nor a lease limiter (RL.LEASE takes no LOCKOUT). A lock follows a
+    /// denial, and a denied GCRA limiter's TAT is ahead of the clock, so a
+    /// locked GCRA limiter's TAT is no earlier than the lock's start, at
+    /// most the longest lockout before its end; every later change keeps
+    /// that (see `Limiter::refund`).
+    pub fn restored(until: Millis, inner: Limiter) -> Option<Locked> {
+        let valid = bounds::is_deadline(until)
+            && match &inner {
+                Limiter::Locked(_) | Limiter::Lease(_) => false,
+                Limiter::Gcra(g) => {
+                    g.tat() >= Nanos::from_millis(bounds::set_no_earlier_than(until))
+                }
+                _ => true,
+            };
+        valid.then_some(Locked { until, inner })
+    }
+
+    /// A locked limiter an earlier version loaded and this one refuses
+    /// (a GCRA limiter whose TAT lies before the lock could have begun),
+    /// brought within the bounds: its TAT moves up to that moment, which is
+    /// in the past for any lock still in force, so no decision changes.
+    pub fn repaired(until: Millis, inner: Limiter) -> Option<Locked> {
+        let inner = match inner {
+            Limiter::Gcra(g) => {
+                let floor = Nanos::from_millis(bounds::set_no_earlier_than(until));
+                Limiter::Gcra(g.with_tat_at_least(floor))
+            }
+            other => other,
+        };
+        Locked::restored(until, inner)
+    }
+
     /// What a peek of a locked limiter reports: nothing remains until the
     /// lock ends, and it is full no earlier than that.
     pub fn peek(&self, inner: Outcome, now: Millis) -> Outcome {

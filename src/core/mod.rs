@@ -2,6 +2,7 @@
 //! parameters, now, cost) that returns a decision and the effect to apply.
 //! Nothing here knows about Valkey; time is passed in as a number.
 
+pub mod bounds;
 pub mod codec;
 pub mod gcra;
 pub mod lease;
@@ -18,20 +19,7 @@ pub mod window;
 
 pub use time::Millis;
 
-/// The largest `capacity`, `limit`, `refill_amount` and `COST` accepted: 10^15.
-/// With periods up to 3650 days every product the algorithms form
-/// (count x period in milliseconds) stays far below u128::MAX, and the numbers
-/// stay exact in clients that hold integers in IEEE doubles (< 2^53).
-pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
-
-/// Shortest and longest period: 1 ms and 3650 days.
-pub const MIN_PERIOD: Millis = Millis(1);
-pub const MAX_PERIOD: Millis = Millis(3650 * 24 * 60 * 60 * 1000);
-
-/// The latest time a stored state may carry: 2^53 ms, some 285,000 years.
-/// Loading refuses anything later, which keeps every time sum and a sliding
-/// log's `gap << 1` encoding far from overflow.
-pub const MAX_TIME: Millis = Millis(1 << 53);
+pub use bounds::{MAX_COUNT, MAX_PERIOD, MAX_TIME, MIN_PERIOD};
 
 /// When a denied request could be allowed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! an algorithm onto its pure `decide`; the single-limiter commands and
 //! RL.ALL both go through it.
 
+use super::bounds::{self, clock};
 use super::gcra::{self, GcraParams};
 use super::lease::{self, LeaseId, LeaseParams};
 use super::limiter::{Algorithm, Effect, Limiter, Locked};
@@ -119,6 +120,7 @@ impl Policy {
         now: Millis,
         request: Request,
     ) -> Decision {
+        let now = clock(now);
         let cost = request.cost;
         if let Some(Limiter::Locked(locked)) = state {
             if now < locked.until {
@@ -147,6 +149,7 @@ impl Policy {
             cost > 0 && outcome.retry_after != RetryAfter::Never,
         ) {
             let inner = current.with_effect(effect.take());
+            let lock = bounds::duration(lock);
             let until = now.saturating_add(lock);
             outcome.retry_after = match outcome.retry_after {
                 RetryAfter::After(wait) => RetryAfter::After(wait.max(lock)),

@@ -13,6 +13,7 @@
 //! decision stays the same without it. Either way the log holds at most
 //! `limit + 1` entries.
 
+use super::bounds::clock;
 use super::{until, varint, Millis, Outcome, RetryAfter, MAX_COUNT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -331,6 +332,7 @@ pub fn decide(
     cost: u64,
     count_denied: bool,
 ) -> (Outcome, Option<LogRecord>) {
+    let now = clock(now);
     let empty;
     let log = match state {
         Some(log) => log,

@@ -7,6 +7,7 @@
 //! `refill_amount * d` scaled tokens, an integer, so no rounding ever happens
 //! while refilling, however odd the rate.
 
+use super::bounds::clock;
 use super::{until, Millis, Outcome, RetryAfter};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,6 +116,7 @@ impl TokenBucket {
 /// Returns the new state and the tokens given back (a fraction of a token
 /// of room counts as one).
 pub fn refund(bucket: &TokenBucket, now: Millis, amount: u64) -> (TokenBucket, u64) {
+    let now = clock(now);
     let current = bucket.advanced(bucket.params, now);
     let full = current.params.full_level();
     let period = current.params.period();
@@ -136,6 +138,7 @@ pub fn decide(
     now: Millis,
     cost: u64,
 ) -> (Outcome, Option<TokenBucket>) {
+    let now = clock(now);
     let current = match state {
         Some(bucket) => bucket.advanced(params, now),
         None => TokenBucket::full(params, now),

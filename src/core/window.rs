@@ -9,6 +9,7 @@
 //!   estimate = current + previous * (period - elapsed) / period. The
 //!   comparison is cross-multiplied by `period`, so it is exact in integers.
 
+use super::bounds::clock;
 use super::{until, Millis, Outcome, RetryAfter, MAX_COUNT};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +101,7 @@ impl Window {
 /// sliding counter's previous window) stays as it was. Returns the new state
 /// and how much was given back.
 pub fn refund(window: &Window, sliding: bool, now: Millis, amount: u64) -> (Window, u64) {
+    let now = clock(now);
     let mut current = window.advanced(window.params, now);
     if !sliding {
         current.previous = 0;
@@ -117,6 +119,7 @@ pub fn decide(
     now: Millis,
     cost: u64,
 ) -> (Outcome, Option<Window>) {
+    let now = clock(now);
     let mut window = match state {
         Some(window) => window.advanced(params, now),
         None => Window::empty(params, now),

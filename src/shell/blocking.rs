@@ -30,7 +30,7 @@ use super::ffi::{self, Ctx, Str};
 use super::metrics;
 use crate::args::Options;
 use crate::core::policy::Policy;
-use crate::core::Millis;
+use crate::core::{bounds, Millis};
 
 /// One waiting client: what it asked, on which key, until when.
 struct Waiter {
@@ -90,7 +90,7 @@ pub fn init(ctx: Ctx) {
 fn live_now() -> Millis {
     // SAFETY: a plain read of the server's clock.
     let ms = unsafe { raw::RedisModule_Milliseconds.unwrap()() };
-    Millis(u64::try_from(ms).unwrap_or(0))
+    bounds::clock(Millis(u64::try_from(ms).unwrap_or(0)))
 }
 
 /// How often a waiter is tried while writes are paused.

@@ -110,13 +110,51 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             return std::ptr::null_mut();
         }
         let bytes = std::slice::from_raw_parts(buffer.cast::<u8>(), len);
-        let decoded = codec::decode_limiter(bytes);
+        // A file (RDB, AOF, a full sync) may hold what an earlier version
+        // accepted: repaired rather than refused, since one refused value
+        // makes the whole file unloadable. RESTORE is strict.
+        let ctx = raw::RedisModule_GetContextFromIO.unwrap()(rdb);
+        let loading = raw::RedisModule_GetContextFlags.unwrap()(ctx) as u32
+            & raw::REDISMODULE_CTX_FLAGS_LOADING
+            != 0;
+        let decoded = if loading {
+            codec::decode_stored(bytes)
+        } else {
+            codec::decode_limiter(bytes).map(|limiter| (limiter, false))
+        };
         raw::RedisModule_Free.unwrap()(buffer.cast());
         match decoded {
-            Some(limiter) => Box::into_raw(Box::new(limiter)).cast(),
+            Some((limiter, repaired)) => {
+                if repaired {
+                    log_repaired(rdb);
+                }
+                Box::into_raw(Box::new(limiter)).cast()
+            }
             None => std::ptr::null_mut(),
         }
     })
+}
+
+/// Says in the server log which key was brought within the bounds.
+///
+/// # Safety
+/// `rdb` is the live handle of the load in progress.
+unsafe fn log_repaired(rdb: *mut raw::RedisModuleIO) {
+    let name = raw::RedisModule_GetKeyNameFromIO.unwrap()(rdb);
+    let (ptr, len) = if name.is_null() {
+        (c"?".as_ptr(), 1)
+    } else {
+        let mut len = 0usize;
+        let ptr = raw::RedisModule_StringPtrLen.unwrap()(name, &mut len);
+        (ptr, len)
+    };
+    raw::RedisModule_LogIOError.unwrap()(
+        rdb,
+        c"warning".as_ptr(),
+        c"ratelimit: key '%.*s' held a value no command writes (restored by an earlier version); loaded within the bounds, see docs/stored-values.md".as_ptr(),
+        len as std::ffi::c_int,
+        ptr,
+    );
 }
 
 /// # Safety

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 
 use valkey_module::raw;
 
-use crate::core::Millis;
+use crate::core::{bounds, Millis};
 
 pub type Ctx = *mut raw::RedisModuleCtx;
 pub type Str = *mut raw::RedisModuleString;
@@ -40,11 +40,12 @@ impl crate::args::Args for Argv<'_> {
 }
 
 /// The per-command cached clock: the same for every command of one
-/// MULTI/EXEC or script, and never a client's clock.
+/// MULTI/EXEC or script, and never a client's clock; never later than the
+/// latest time a state may hold (`bounds::clock`).
 pub fn now() -> Millis {
     // SAFETY: a plain read of the server's cached time.
     let micros = unsafe { raw::RedisModule_CachedMicroseconds.unwrap()() };
-    Millis(u64::try_from(micros).unwrap_or(0) / 1000)
+    bounds::clock(Millis(u64::try_from(micros).unwrap_or(0) / 1000))
 }
 
 pub fn is_resp3(ctx: Ctx) -> bool {

@@ -11,15 +11,22 @@ use super::datatype::raw_type;
 use super::ffi::{self, Ctx, Key, Slot, Str};
 use super::propagation;
 use crate::core::codec;
-use crate::core::lease::{LeaseChange, Leases};
-use crate::core::limiter::{Effect, Limiter};
-use crate::core::sliding_log::SlidingLog;
+use crate::core::limiter::{ApplyError, Effect, Limiter};
 
 /// Internal: flagged admin, so only users granted @admin (or the replication
 /// link and AOF loading, which run unchecked) may call it.
 pub const APPLY_COMMAND: &CStr = c"rl.apply";
 
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+fn apply_error(error: ApplyError) -> &'static str {
+    match error {
+        ApplyError::WrongType => WRONGTYPE,
+        ApplyError::Refused => {
+            "ERR RL.APPLY payload would make a state no command makes (a lease grant beyond the limit)"
+        }
+    }
+}
 
 /// Applies an effect to an open key and sets the key's expiry. Err carries
 /// the error reply when the key holds something the effect cannot apply to.
@@ -44,52 +51,14 @@ pub fn apply(key: &mut Key, effect: Effect) -> Result<(), &'static str> {
     let expires_at = match slot {
         Slot::Foreign => return Err(WRONGTYPE),
         Slot::Ours(current) => {
-            // A request logged after a lock ended leaves the lock behind.
-            if let (Limiter::Locked(locked), Effect::LogRecord(record)) = (&*current, &effect) {
-                if locked.until <= record.at {
-                    *current = current.unlocked_at(record.at).clone();
-                }
-            }
-            match (&mut *current, effect) {
-                (current, Effect::Replace(limiter)) => *current = limiter,
-                (Limiter::Lease(leases), Effect::Lease(change)) => leases.apply(change),
-                (_, Effect::Lease(_)) => return Err(WRONGTYPE),
-                (Limiter::SlidingLog(log), effect) => log.apply_effect(&effect),
-                (Limiter::Locked(locked), effect)
-                    if matches!(locked.inner, Limiter::SlidingLog(_)) =>
-                {
-                    if let Limiter::SlidingLog(log) = &mut locked.inner {
-                        log.apply_effect(&effect);
-                    }
-                }
-                (_, Effect::LogRecord(_) | Effect::LogRefund { .. }) => return Err(WRONGTYPE),
-            }
+            current.apply(effect).map_err(apply_error)?;
             current.expires_at()
         }
-        // Nothing to give back to a limiter that is not there (it is full).
-        Slot::Empty
-            if matches!(
-                effect,
-                Effect::LogRefund { .. }
-                    | Effect::Lease(LeaseChange::Release { .. } | LeaseChange::Extend { .. })
-            ) =>
-        {
-            return Ok(())
-        }
         Slot::Empty => {
-            let limiter = match effect {
-                Effect::Replace(limiter) => limiter,
-                Effect::LogRecord(record) => {
-                    let mut log = SlidingLog::new(record.params);
-                    log.apply(record);
-                    Limiter::SlidingLog(Box::new(log))
-                }
-                Effect::Lease(change) => {
-                    let mut leases = Leases::new(1);
-                    leases.apply(change);
-                    Limiter::Lease(Box::new(leases))
-                }
-                Effect::LogRefund { .. } => return Ok(()),
+            // Nothing to give back to or keep on a limiter that is not
+            // there (it is full).
+            let Some(limiter) = Limiter::from_effect(effect).map_err(apply_error)? else {
+                return Ok(());
             };
             let at = limiter.expires_at();
             if !key.set(ty, Box::new(limiter)) {

@@ -906,6 +906,51 @@ pub fn fix_dump_crc(payload: &mut [u8]) {
     payload[body..].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// The module's own bytes inside a DUMP payload made with
+/// `rdbcompression no` (src/core/codec.rs): (where they start, their length).
+/// Layout: the module type opcode, the 64-bit module id, the string opcode,
+/// the string's length, the string; then the EOF opcode, the RDB version
+/// (2 bytes) and the CRC (8 bytes).
+pub fn codec_span(payload: &[u8]) -> (usize, usize) {
+    assert_eq!(payload[0], 7, "not a module value");
+    assert_eq!(payload[1], 0x81, "module id not 64-bit");
+    assert_eq!(payload[10], 5, "no string opcode");
+    let (start, len) = match payload[11] >> 6 {
+        0 => (12, usize::from(payload[11] & 0x3f)),
+        1 => (
+            13,
+            usize::from(payload[11] & 0x3f) << 8 | usize::from(payload[12]),
+        ),
+        _ if payload[11] == 0x80 => {
+            let len = u32::from_be_bytes(payload[12..16].try_into().unwrap());
+            (16, len as usize)
+        }
+        _ => panic!("compressed payload: DUMP with rdbcompression no"),
+    };
+    assert_eq!(start + len + 11, payload.len(), "trailing bytes unknown");
+    (start, len)
+}
+
+/// A DUMP payload carrying `codec` instead of the module bytes of
+/// `template` (a real DUMP of any limiter, made with `rdbcompression no`),
+/// with a valid CRC: what an attacker with RESTORE rights can send.
+pub fn dump_with_codec(template: &[u8], codec: &[u8]) -> Vec<u8> {
+    let (start, len) = codec_span(template);
+    let mut out = template[..11].to_vec();
+    match codec.len() {
+        n if n < 64 => out.push(n as u8),
+        n if n < 16384 => out.extend([0x40 | (n >> 8) as u8, n as u8]),
+        n => {
+            out.push(0x80);
+            out.extend((n as u32).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(codec);
+    out.extend_from_slice(&template[start + len..]);
+    fix_dump_crc(&mut out);
+    out
+}
+
 /// Waits until INFO `section` shows `name:value`.
 pub fn wait_for(con: &mut Connection, section: &str, name: &str, value: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -175,8 +175,9 @@ fn plausible_limiter(limiter: &Limiter) -> bool {
                 && w.current <= MAX_COUNT
         }
         Limiter::Locked(l) => {
-            !matches!(l.inner, Limiter::Locked(_))
-                && l.until <= crate::core::MAX_TIME
+            !matches!(l.inner, Limiter::Locked(_) | Limiter::Lease(_))
+                && l.until <= crate::core::bounds::MAX_DEADLINE
+                && lock_follows_denial(l)
                 && plausible_limiter(&l.inner)
         }
         Limiter::Gcra(g) => {
@@ -189,9 +190,12 @@ fn plausible_limiter(limiter: &Limiter) -> bool {
         Limiter::Lease(l) => {
             (1..=crate::core::lease::MAX_LEASE_LIMIT).contains(&l.limit)
                 && l.last_update() <= crate::core::MAX_TIME
-                && l.held()
-                    .iter()
-                    .all(|x| x.cost >= 1 && x.expires_at <= crate::core::MAX_TIME)
+                && l.held().iter().map(|x| x.cost).sum::<u64>() <= l.limit
+                && l.held().iter().all(|x| {
+                    x.cost >= 1
+                        && x.expires_at > l.last_update()
+                        && x.expires_at.0 - l.last_update().0 <= MAX_PERIOD.0
+                })
         }
         Limiter::SlidingLog(log) => {
             count_ok(log.params.limit)
@@ -212,6 +216,17 @@ fn plausible_limiter(limiter: &Limiter) -> bool {
                     .zip(log.entries().skip(1))
                     .all(|(a, b)| a.0 < b.0)
         }
+    }
+}
+
+/// A locked GCRA limiter was denied when the lock began (its TAT ahead of
+/// the clock), at most the longest lockout before the lock ends.
+fn lock_follows_denial(l: &Locked) -> bool {
+    match &l.inner {
+        Limiter::Gcra(g) => {
+            g.tat().0 >= u128::from(l.until.0.saturating_sub(MAX_PERIOD.0)) * 1_000_000
+        }
+        _ => true,
     }
 }
 
@@ -324,13 +339,22 @@ proptest! {
     /// A locked limiter (LOCKOUT) round-trips with its lock and its inner
     /// state; a lock inside a lock is refused.
     #[test]
-    fn codec_locked_limiters_round_trip(s in scenario(), until in 0..=crate::core::MAX_TIME.0) {
+    fn codec_locked_limiters_round_trip(
+        s in scenario(),
+        until in 0..=crate::core::bounds::MAX_DEADLINE.0,
+    ) {
         let (limiters, _) = play(&s);
         for inner in limiters {
-            let locked = Limiter::Locked(Box::new(Locked { until: Millis(until), inner }));
+            let locked = Locked { until: Millis(until), inner };
+            let valid = lock_follows_denial(&locked);
+            let locked = Limiter::Locked(Box::new(locked));
             let bytes = encoded(&locked);
             let back = decode_limiter(&bytes);
-            prop_assert!(back.as_ref().is_some_and(|b| same_limiter(b, &locked)), "{:?}", locked);
+            if valid {
+                prop_assert!(back.as_ref().is_some_and(|b| same_limiter(b, &locked)), "{:?}", locked);
+            } else {
+                prop_assert!(back.is_none(), "{:?}", locked);
+            }
             check_decoded(&bytes)?;
             let twice = Limiter::Locked(Box::new(Locked { until: Millis(until), inner: locked }));
             prop_assert!(decode_limiter(&encoded(&twice)).is_none());

@@ -31,6 +31,7 @@ use super::limiter::{Effect, Limiter};
 use super::token_bucket::TokenBucketParams;
 use super::{varint, Millis, Outcome, RetryAfter};
 
+mod closure;
 mod codec;
 mod gcra;
 mod large_counts;
