@@ -579,6 +579,9 @@ fn fuzz_commands() {
 /// Limiters of every kind, as DUMP payloads: fresh, used, denied, locked,
 /// a sliding log of many entries.
 fn sample_dumps(con: &mut Connection) -> Vec<Vec<u8>> {
+    // The module's bytes stay uncompressed in a DUMP, so that its fields can
+    // be set one by one.
+    q(con, &argv!["CONFIG", "SET", "rdbcompression", "no"]);
     let mut keys = Vec::new();
     for algo in Algo::ALL {
         let key = format!("src:{}", algo.name());
@@ -806,9 +809,6 @@ fn fuzz_restore_of_mutated_dumps() {
     let total = cases(1_500);
     let mut server = Server::start();
     let mut con = server.conn();
-    // The module's bytes stay uncompressed in a DUMP, so its fields can be
-    // set one by one.
-    q(&mut con, &argv!["CONFIG", "SET", "rdbcompression", "no"]);
     let samples = sample_dumps(&mut con);
     let mut g = Gen::new(seed);
     let (mut refused, mut loaded) = (0u64, 0u64);
