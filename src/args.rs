@@ -1,6 +1,9 @@
 //! Argument parsing for the RL commands: pure, allocation-free on success, and
 //! every error names the argument it is about.
 
+mod calendar;
+
+use crate::core::calendar_window::CalendarParams;
 use crate::core::gcra::{GcraParams, Interval, ParamError};
 use crate::core::lease::{LeaseId, LeaseParams, MAX_LEASE_LIMIT};
 use crate::core::policy::{Policy, Request};
@@ -252,18 +255,37 @@ pub fn token_bucket(args: &(impl Args + ?Sized)) -> Result<(TokenBucketParams, O
     Ok((params, options(args, 3, None)?))
 }
 
-/// `limit period [SLIDING] [COST n] [DRYRUN]`; `flag` is SLIDING.
-pub fn window(args: &(impl Args + ?Sized)) -> Result<(WindowParams, Options), ArgError> {
+/// `limit period [SLIDING] [COST n] [DRYRUN]`, or a calendar window:
+/// `limit day|week|month|year [TZ zone] [ANCHOR day] [COST n] [DRYRUN]`.
+pub fn window(args: &(impl Args + ?Sized)) -> Result<(Policy, Options), ArgError> {
     need(
         args,
         2,
-        "RL.WINDOW key limit period [SLIDING] [COST n] [DRYRUN]",
+        "RL.WINDOW key limit period [SLIDING] [COST n] [DRYRUN], or RL.WINDOW key limit day|week|month|year [TZ zone] [ANCHOR day] [COST n] [DRYRUN]",
     )?;
+    let limit = count(args.get(0), "limit")?;
+    if calendar::unit(args.get(1)).is_some() {
+        let (calendar, used) = calendar::calendar_at(args, 1)?;
+        if (1 + used..args.count()).any(|i| args.get(i).eq_ignore_ascii_case(b"SLIDING")) {
+            return Err(sliding_calendar());
+        }
+        let policy = Policy::Calendar(CalendarParams { limit, calendar });
+        return Ok((policy, options(args, 1 + used, None)?));
+    }
     let params = WindowParams {
-        limit: count(args.get(0), "limit")?,
+        limit,
         period: duration(args.get(1), "period")?,
     };
-    Ok((params, options(args, 2, Some("SLIDING"))?))
+    let options = options(args, 2, Some("SLIDING"))?;
+    let sliding = options.flag;
+    Ok((Policy::Window { params, sliding }, options))
+}
+
+fn sliding_calendar() -> ArgError {
+    ArgError(
+        "ERR SLIDING does not apply to a calendar window (day, week, month, year): its periods are the calendar's"
+            .into(),
+    )
 }
 
 /// `limit period [COUNTDENIED] [COST n] [DRYRUN]`; `flag` is COUNTDENIED.
@@ -393,7 +415,7 @@ pub fn throttle(
 /// `ratelimit.max-limiters` says otherwise.
 pub const DEFAULT_MAX_LIMITERS: usize = 16;
 
-const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN], a limiter per key: TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period | POLICY name";
+const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN], a limiter per key: TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | WINDOW limit day|week|month|year [TZ zone] [ANCHOR day] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period | POLICY name";
 
 /// A stored policy by name (RL.ALL's `POLICY name`), from the shell.
 pub type PolicyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<Policy>;
@@ -431,6 +453,14 @@ fn limiter_at(
             refill_period: duration(positional(3)?, &name("refill_period"))?,
         };
         (Policy::TokenBucket(params), 4)
+    } else if word.eq_ignore_ascii_case(b"WINDOW") && calendar::unit(positional(2)?).is_some() {
+        let limit = count(positional(1)?, &name("limit"))?;
+        let (calendar, used) = calendar::calendar_at(args, i + 2)?;
+        if flag_at(2 + used, "SLIDING") {
+            return Err(sliding_calendar());
+        }
+        let policy = Policy::Calendar(CalendarParams { limit, calendar });
+        (policy, 2 + used)
     } else if word.eq_ignore_ascii_case(b"WINDOW") {
         let params = WindowParams {
             limit: count(positional(1)?, &name("limit"))?,
@@ -462,7 +492,7 @@ fn limiter_at(
 }
 
 /// What `RL.POLICY.SET` takes.
-pub const POLICY_SET_USAGE: &str = "RL.POLICY.SET name TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period";
+pub const POLICY_SET_USAGE: &str = "RL.POLICY.SET name TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | WINDOW limit day|week|month|year [TZ zone] [ANCHOR day] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period";
 /// The longest policy name, in bytes.
 pub const MAX_POLICY_NAME: usize = 128;
 

@@ -620,3 +620,76 @@ fn a_day_forward_refills_and_expires_everything() {
         );
     }
 }
+
+/// Calendar windows end to end on a clock set near the edges: a daily
+/// window opened just after a local midnight before a 25-hour or a 23-hour
+/// day expires at the next local midnight, 25 or 23 hours on; a monthly one
+/// anchored on the 31st, opened on February 29th of a leap year, at the
+/// start of March 31st. Its reply, expiry and RL.PEEK agree.
+#[test]
+fn calendar_windows_end_at_local_boundaries() {
+    let ms = |text: &str| text.parse::<jiff::Timestamp>().unwrap().as_millisecond();
+    for (spec, opened, boundary) in [
+        (
+            &["day", "TZ", "Europe/Berlin"][..],
+            "2026-10-24T22:00:05Z",
+            "2026-10-25T23:00:00Z",
+        ),
+        (
+            &["day", "TZ", "America/New_York"][..],
+            "2026-03-08T05:00:05Z",
+            "2026-03-09T04:00:00Z",
+        ),
+        (
+            &["day", "TZ", "Europe/Berlin"][..],
+            "2026-03-28T23:00:05Z",
+            "2026-03-29T22:00:00Z",
+        ),
+        (
+            &["month", "ANCHOR", "31"][..],
+            "2028-02-29T12:00:00Z",
+            "2028-03-31T00:00:00Z",
+        ),
+        (
+            &["month", "TZ", "Asia/Tokyo", "ANCHOR", "31"][..],
+            "2027-02-27T15:00:05Z",
+            "2027-03-30T15:00:00Z",
+        ),
+        (
+            &["week", "TZ", "Europe/Berlin", "ANCHOR", "sun"][..],
+            "2026-10-24T22:00:05Z",
+            "2026-10-31T23:00:00Z",
+        ),
+    ] {
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let offset_s = (ms(opened) - real) / 1000;
+        let clock = FakeClock::new(&format!("{offset_s:+}s"));
+        let server = faked(&clock, &[]);
+        let mut con = server.conn();
+        let mut argv = argv!["RL.WINDOW", "k", 5];
+        argv.extend(spec.iter().map(|s| s.to_string()));
+        let before = server_time_ms(&mut con);
+        let reply = array(&q(&mut con, &argv)).to_vec();
+        let after = server_time_ms(&mut con);
+        let boundary = ms(boundary);
+        assert!(
+            (ms(opened) - 5_000..ms(opened) + 60_000).contains(&before),
+            "the faked clock reads {before}, not near {opened}"
+        );
+        assert_eq!(int(&reply[0]), 1, "{spec:?}");
+        let reset = int(&reply[4]);
+        assert!(
+            (boundary - after..=boundary - before).contains(&reset),
+            "{spec:?} at {opened}: reset {reset}, boundary {boundary}, now {before}..{after}"
+        );
+        assert_eq!(pexpiretime(&mut con, "k"), boundary, "{spec:?}: expiry");
+        let peek = array(&q(&mut con, &argv!["RL.PEEK", "k"])).to_vec();
+        assert!(
+            int(&peek[4]) <= reset && int(&peek[4]) >= reset - 1000,
+            "{spec:?}: RL.PEEK"
+        );
+    }
+}

@@ -284,7 +284,10 @@ fn command_docs_list_every_argument() {
             "rl.tokenbucket",
             &["key", "capacity", "refill_amount", "refill_period"],
         ),
-        ("rl.window", &["key", "limit", "period", "sliding"]),
+        (
+            "rl.window",
+            &["key", "limit", "period", "zone", "anchor", "sliding"],
+        ),
         ("rl.slidinglog", &["key", "limit", "period", "countdenied"]),
         ("rl.gcra", &["key", "burst", "rate", "period"]),
         ("rl.all", &["numkeys", "key", "limiter"]),

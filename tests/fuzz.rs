@@ -188,12 +188,31 @@ fn lease_id(g: &mut Gen) -> Vec<u8> {
 }
 
 /// A limiter spec as RL.ALL takes it (RL.POLICY.SET's when not `POLICY`).
+/// A calendar window's period and its TZ and ANCHOR (RL.WINDOW).
+fn calendar(g: &mut Gen) -> Argv {
+    let mut out = vec![word(g.pick(&["day", "week", "month", "year"]))];
+    if g.chance(50) {
+        out.extend([
+            word("TZ"),
+            word(g.pick(&["UTC", "Europe/Berlin", "America/New_York", "Pacific/Apia"])),
+        ]);
+    }
+    if g.chance(40) {
+        out.extend([
+            word("ANCHOR"),
+            word(g.pick(&["1", "15", "31", "sun", "friday", "7"])),
+        ]);
+    }
+    out
+}
+
 fn limiter(g: &mut Gen) -> Argv {
     let limit = word(g.pick(&["1", "3", "10"]));
     let period = word(g.pick(&["5ms", "100ms", "1h"]));
-    match g.below(5) {
+    match g.below(6) {
         0 => vec![word("TOKENBUCKET"), limit, word("1"), period],
         1 => vec![word("WINDOW"), limit, period],
+        5 => [vec![word("WINDOW"), limit], calendar(g)].concat(),
         2 => vec![word("SLIDINGLOG"), limit, period],
         3 => vec![word("GCRA"), limit, word("1"), period],
         _ => vec![word("POLICY"), word(g.pick(POLICY_NAMES))],
@@ -246,6 +265,10 @@ fn valid(g: &mut Gen) -> Argv {
         "RL.THROTTLE" | "CL.THROTTLE" => {
             out.extend([key, limit, word("2"), word(g.pick(&["1", "60"]))]);
             return out;
+        }
+        "RL.WINDOW" if g.chance(30) => {
+            out.extend([key, limit]);
+            out.extend(calendar(g));
         }
         _ => out.extend([key, limit, period]),
     }
@@ -606,6 +629,22 @@ fn sample_dumps(con: &mut Connection) -> Vec<Vec<u8>> {
     keys.push("src:log".into());
     q(con, &argv!["CL.THROTTLE", "src:cell", 5, 10, 60, 3]);
     keys.push("src:cell".into());
+    q(
+        con,
+        &argv![
+            "RL.WINDOW",
+            "src:cal",
+            5,
+            "month",
+            "TZ",
+            "Europe/Berlin",
+            "ANCHOR",
+            31,
+            "COST",
+            2
+        ],
+    );
+    keys.push("src:cal".into());
     for cost in [1, 2, 1] {
         q(con, &argv!["RL.LEASE", "src:lease", 5, "1h", "COST", cost]);
     }
@@ -744,6 +783,28 @@ fn exercise_loaded(con: &mut Connection, key: &str, context: &str) {
         argv!["RL.ALL", 1, key, "WINDOW", 3, "1h"],
         argv!["RL.LEASE", key, 3, "1h"],
         argv!["RL.LEASE", key, 3, "1h", "COST", 0],
+        argv![
+            "RL.WINDOW",
+            key,
+            3,
+            "month",
+            "TZ",
+            "Europe/Berlin",
+            "ANCHOR",
+            31
+        ],
+        argv![
+            "RL.WINDOW",
+            key,
+            MAX_COUNT,
+            "week",
+            "ANCHOR",
+            "sun",
+            "COST",
+            2,
+            "LOCKOUT",
+            "3650d"
+        ],
         argv!["RL.RELEASE", key, "0123456789abcdef"],
         argv!["RL.EXTEND", key, "0123456789abcdef", "1h"],
         argv!["MEMORY", "USAGE", key],

@@ -7,8 +7,12 @@
 //! a sliding log has its entry count, then its entries as (gap, count) varint
 //! pairs, the first gap counted from time 0; a GCRA limiter has its interval
 //! rule (0 exact, 1 redis-cell) and its TAT in nanoseconds as two words; a
-//! lease limiter has its lease count, then (id, expiry, cost) per lease.
+//! lease limiter has its lease count, then (id, expiry, cost) per lease; a
+//! calendar window has its limit, period start and end, count, unit,
+//! anchor, then its zone name's length and bytes.
 
+use super::calendar::{Calendar, Unit, ZoneName};
+use super::calendar_window::{CalendarParams, CalendarWindow};
 use super::gcra::{Gcra, GcraParams, Interval};
 use super::lease::{Lease, LeaseChange, LeaseId, Leases, MAX_LEASE_LIMIT};
 use super::limiter::{Algorithm, Effect, Limiter, Locked};
@@ -68,6 +72,13 @@ impl Reader<'_> {
 
     fn lease_count(&mut self) -> Option<u64> {
         self.u64().filter(|n| (1..=MAX_LEASE_LIMIT).contains(n))
+    }
+
+    fn bytes(&mut self, len: usize) -> Option<&[u8]> {
+        let end = self.pos.checked_add(len)?;
+        let bytes = self.bytes.get(self.pos..end)?;
+        self.pos = end;
+        Some(bytes)
     }
 
     fn varint(&mut self) -> Option<u64> {
@@ -137,6 +148,18 @@ pub fn encode_limiter(limiter: &Limiter, out: &mut Vec<u8>) {
                 put(out, lease.expires_at.0);
                 put(out, lease.cost);
             }
+        }
+        Limiter::CalendarWindow(window) => {
+            let calendar = window.params.calendar;
+            put(out, window.params.limit);
+            put(out, window.start.0);
+            put(out, window.end.0);
+            put(out, window.count);
+            put(out, calendar.unit as u64);
+            put(out, u64::from(calendar.anchor));
+            let zone = calendar.zone.as_bytes();
+            put(out, zone.len() as u64);
+            out.extend_from_slice(zone);
         }
         Limiter::Locked(_) => {}
     }
@@ -265,6 +288,29 @@ fn decode_limiter_with(bytes: &[u8], loading: Loading) -> Option<Limiter> {
                 Loading::Repair => Leases::repaired(limit, last, held),
             };
             Limiter::Lease(Box::new(leases?))
+        }
+        k if k == Algorithm::CalendarWindow as u8 => {
+            let limit = r.count()?;
+            let start = r.time()?;
+            let end = r.deadline()?;
+            let count = r.u64()?;
+            let unit = Unit::from_u8(u8::try_from(r.u64()?).ok()?)?;
+            let anchor = u8::try_from(r.u64()?).ok()?;
+            let len = usize::try_from(r.u64()?).ok()?;
+            let zone = ZoneName::from_bytes(r.bytes(len)?)?;
+            let window = CalendarWindow {
+                params: CalendarParams {
+                    limit,
+                    calendar: Calendar { unit, anchor, zone },
+                },
+                start,
+                end,
+                count,
+            };
+            if !window.is_valid() {
+                return None;
+            }
+            Limiter::CalendarWindow(Box::new(window))
         }
         LOCKED => {
             let until = r.deadline()?;

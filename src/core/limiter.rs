@@ -3,6 +3,7 @@
 //! needs no clock and no decision, so every copy reaches the same state.
 
 use super::bounds::{self, clock};
+use super::calendar_window::{self, CalendarWindow};
 use super::gcra::{self, Gcra};
 use super::lease::{self, LeaseChange, LeaseParams, Leases};
 use super::sliding_log::{self, LogRecord, SlidingLog};
@@ -20,6 +21,8 @@ pub enum Limiter {
     Gcra(Gcra),
     /// Boxed: its leases live on the heap anyway.
     Lease(Box<Leases>),
+    /// Boxed: its zone name is stored inline (40 bytes).
+    CalendarWindow(Box<CalendarWindow>),
     /// A limiter locked out (penalty box) until a time: every request is
     /// denied until then, whatever the limiter holds. Boxed: locks are rare,
     /// and the other limiters keep their 48 bytes.
@@ -43,6 +46,7 @@ pub enum Algorithm {
     Gcra = 5,
     /// 6 is taken by the codec's lock marker.
     Lease = 7,
+    CalendarWindow = 8,
 }
 
 impl Algorithm {
@@ -54,6 +58,9 @@ impl Algorithm {
             Algorithm::SlidingLog => "a sliding log (RL.SLIDINGLOG)",
             Algorithm::Gcra => "a GCRA limiter (RL.GCRA, RL.THROTTLE, CL.THROTTLE)",
             Algorithm::Lease => "a lease limiter (RL.LEASE)",
+            Algorithm::CalendarWindow => {
+                "a calendar window (RL.WINDOW ... day, week, month or year)"
+            }
         }
     }
 }
@@ -81,6 +88,7 @@ impl Limiter {
             Limiter::SlidingLog(_) => Algorithm::SlidingLog,
             Limiter::Gcra(_) => Algorithm::Gcra,
             Limiter::Lease(_) => Algorithm::Lease,
+            Limiter::CalendarWindow(_) => Algorithm::CalendarWindow,
             Limiter::Locked(locked) => locked.inner.algorithm(),
         }
     }
@@ -96,6 +104,7 @@ impl Limiter {
             Limiter::SlidingLog(log) => log.empty_at(),
             Limiter::Gcra(gcra) => gcra.full_at(),
             Limiter::Lease(leases) => leases.empty_at(),
+            Limiter::CalendarWindow(window) => window.empty_at(),
             Limiter::Locked(locked) => locked.until.max(locked.inner.expires_at()),
         }
     }
@@ -118,6 +127,7 @@ impl Limiter {
                 };
                 lease::decide(Some(l), params, now, 0).0
             }
+            Limiter::CalendarWindow(w) => calendar_window::decide(Some(w), w.params, now, 0).0,
             Limiter::Locked(locked) => locked.peek(locked.inner.peek(now), now),
         }
     }
@@ -147,6 +157,10 @@ impl Limiter {
             Limiter::Gcra(g) => {
                 let (g, given) = gcra::refund(g, now, amount);
                 (Effect::Replace(Limiter::Gcra(g)), given)
+            }
+            Limiter::CalendarWindow(w) => {
+                let (w, given) = calendar_window::refund(w, now, amount);
+                (Effect::Replace(Limiter::CalendarWindow(Box::new(w))), given)
             }
             // Slots come back by RL.RELEASE, which names the lease.
             Limiter::Lease(_) => return (None, 0),
@@ -247,6 +261,7 @@ impl Limiter {
         match self {
             Limiter::SlidingLog(log) => std::mem::size_of::<SlidingLog>() + log.heap_capacity(),
             Limiter::Lease(leases) => std::mem::size_of::<Leases>() + leases.heap_capacity(),
+            Limiter::CalendarWindow(_) => std::mem::size_of::<CalendarWindow>(),
             Limiter::Locked(locked) => std::mem::size_of::<Locked>() + locked.inner.heap_capacity(),
             _ => 0,
         }

@@ -3,6 +3,8 @@
 //! Nothing here knows about Valkey; time is passed in as a number.
 
 pub mod bounds;
+pub mod calendar;
+pub mod calendar_window;
 pub mod codec;
 pub mod gcra;
 pub mod lease;

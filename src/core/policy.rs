@@ -4,6 +4,7 @@
 //! RL.ALL both go through it.
 
 use super::bounds::{self, clock};
+use super::calendar_window::{self, CalendarParams};
 use super::gcra::{self, GcraParams};
 use super::lease::{self, LeaseId, LeaseParams};
 use super::limiter::{Algorithm, Effect, Limiter, Locked};
@@ -24,6 +25,8 @@ pub enum Policy {
         count_denied: bool,
     },
     Gcra(GcraParams),
+    /// A fixed window of calendar periods (RL.WINDOW ... day|week|month|year).
+    Calendar(CalendarParams),
     /// `id` names the lease when one is granted (the shell picks it).
     Lease {
         params: LeaseParams,
@@ -39,6 +42,7 @@ impl Policy {
             Policy::Window { sliding: true, .. } => Algorithm::SlidingWindow,
             Policy::SlidingLog { .. } => Algorithm::SlidingLog,
             Policy::Gcra(_) => Algorithm::Gcra,
+            Policy::Calendar(_) => Algorithm::CalendarWindow,
             Policy::Lease { .. } => Algorithm::Lease,
         }
     }
@@ -99,6 +103,15 @@ impl Policy {
                     verdict.outcome(),
                     next.map(|g| Effect::Replace(Limiter::Gcra(g))),
                 )
+            }
+            Policy::Calendar(params) => {
+                let current = match state {
+                    Some(Limiter::CalendarWindow(w)) => Some(w.as_ref()),
+                    _ => None,
+                };
+                let (outcome, next) = calendar_window::decide(current, params, now, cost);
+                let effect = next.map(|w| Effect::Replace(Limiter::CalendarWindow(Box::new(w))));
+                (outcome, effect)
             }
             Policy::Lease { params, id } => {
                 let leases = match state {

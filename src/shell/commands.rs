@@ -326,13 +326,7 @@ pub fn token_bucket(ctx: Ctx, argv: &[Str]) -> c_int {
 /// `RL.WINDOW key limit period [SLIDING] [COST n] [DRYRUN]`
 pub fn window(ctx: Ctx, argv: &[Str]) -> c_int {
     match parsed(ctx, args::window(&Argv(&argv[2..]))) {
-        Ok((params, options)) => {
-            let policy = Policy::Window {
-                params,
-                sliding: options.flag,
-            };
-            start(ctx, argv[1], policy, options)
-        }
+        Ok((policy, options)) => start(ctx, argv[1], policy, options),
         Err(status) => status,
     }
 }

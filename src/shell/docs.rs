@@ -102,10 +102,16 @@ pub const TOKEN_BUCKET: &[Arg] = with_block_options![
     int(c"refill_amount"),
     duration(c"refill_period"),
 ];
+/// A calendar window's zone and anchor: after a period of `day`, `week`,
+/// `month` or `year` instead of a duration.
+const ZONE: Arg = option(c"TZ", arg(c"zone", Kind::Text));
+const ANCHOR: Arg = option(c"ANCHOR", arg(c"anchor", Kind::Text));
 pub const WINDOW: &[Arg] = with_block_options![
     key(),
     int(c"limit"),
     duration(c"period"),
+    ZONE,
+    ANCHOR,
     flag(c"sliding", c"SLIDING"),
 ];
 pub const SLIDING_LOG: &[Arg] = with_block_options![
@@ -141,6 +147,8 @@ const WINDOW_BLOCK: Arg = block(
     &[
         int(c"limit"),
         duration(c"period"),
+        ZONE,
+        ANCHOR,
         flag(c"sliding", c"SLIDING"),
     ],
 );

@@ -26,6 +26,7 @@ static SLIDING_WINDOW: Counters = counters();
 static SLIDING_LOG: Counters = counters();
 static GCRA: Counters = counters();
 static LEASE: Counters = counters();
+static CALENDAR_WINDOW: Counters = counters();
 static ALL: Counters = counters();
 static ERRORS: AtomicU64 = AtomicU64::new(0);
 static SHADOW_DENIED: AtomicU64 = AtomicU64::new(0);
@@ -47,6 +48,7 @@ fn of(algorithm: Algorithm) -> &'static Counters {
         Algorithm::SlidingLog => &SLIDING_LOG,
         Algorithm::Gcra => &GCRA,
         Algorithm::Lease => &LEASE,
+        Algorithm::CalendarWindow => &CALENDAR_WINDOW,
     }
 }
 
@@ -122,6 +124,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
         ("slidinglog", Algorithm::SlidingLog),
         ("gcra", Algorithm::Gcra),
         ("lease", Algorithm::Lease),
+        ("calendar_window", Algorithm::CalendarWindow),
     ] {
         let counters = of(algorithm);
         section = section

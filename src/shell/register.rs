@@ -210,7 +210,7 @@ static COMMANDS: [Spec; 18] = [
         entry: window_entry,
         flags: BLOCKING_FLAGS,
         arity: -4,
-        summary: c"Counts COST in a fixed window (or, with SLIDING, a sliding window counter) of `period`, if it stays within `limit`.",
+        summary: c"Counts COST in a fixed window (or, with SLIDING, a sliding window counter) of `period`, or in the calendar's day, week, month or year (TZ, ANCHOR), if it stays within `limit`.",
         complexity: c"O(1)",
         acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,

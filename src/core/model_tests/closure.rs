@@ -14,6 +14,8 @@ use proptest::test_runner::Config;
 
 use super::{encoded, encoded_effect, fuzz_config, log_bytes, same_limiter};
 use crate::core::bounds::{MAX_DEADLINE, MAX_PERIOD, MAX_TIME};
+use crate::core::calendar::{Calendar, Unit, ZoneName};
+use crate::core::calendar_window::CalendarParams;
 use crate::core::codec::{decode_effect, decode_limiter, decode_stored};
 use crate::core::gcra::{self, GcraParams, Interval};
 use crate::core::lease::{self, LeaseId, LeaseParams, MAX_LEASE_LIMIT};
@@ -76,6 +78,15 @@ fn lease_count() -> impl Strategy<Value = u64> {
     ]
 }
 
+fn window_count_strategy() -> impl Strategy<Value = u64> + Clone {
+    prop_oneof![
+        2 => Just(0u64),
+        2 => 1..=5u64,
+        1 => Just(MAX_COUNT),
+        1 => Just(MAX_COUNT + 1),
+    ]
+}
+
 fn words(kind: u8, fields: &[u64]) -> Vec<u8> {
     let mut bytes = vec![1, kind];
     for field in fields {
@@ -104,12 +115,7 @@ fn state_bytes() -> impl Strategy<Value = Vec<u8>> {
             words(1, &[capacity, amount, period, last, hi, lo])
         },
     );
-    let window_count = prop_oneof![
-        2 => Just(0u64),
-        2 => 1..=5u64,
-        1 => Just(MAX_COUNT),
-        1 => Just(MAX_COUNT + 1),
-    ];
+    let window_count = window_count_strategy();
     let window = (
         any::<bool>(),
         count(),
@@ -177,7 +183,45 @@ fn state_bytes() -> impl Strategy<Value = Vec<u8>> {
             }
             words(7, &fields)
         });
-    let unlocked = prop_oneof![2 => bucket, 3 => window, 2 => log, 2 => gcra, 3 => leases];
+    let zones = prop_oneof![
+        Just("UTC"),
+        Just("Europe/Berlin"),
+        Just("Pacific/Apia"),
+        Just("Mars/Olympus"),
+        Just("")
+    ];
+    let calendar = (
+        count(),
+        time(),
+        prop_oneof![
+            Just(1u64),
+            1..=3_600_000u64,
+            Just(368 * 86_400_000),
+            Just(368 * 86_400_000 + 1)
+        ],
+        window_count_strategy(),
+        0..=5u64,
+        0..=32u64,
+        zones,
+    )
+        .prop_map(|(limit, start, length, count, unit, anchor, zone)| {
+            let mut bytes = words(
+                8,
+                &[
+                    limit,
+                    start,
+                    start.saturating_add(length),
+                    count,
+                    unit,
+                    anchor,
+                    zone.len() as u64,
+                ],
+            );
+            bytes.extend_from_slice(zone.as_bytes());
+            bytes
+        });
+    let unlocked =
+        prop_oneof![2 => bucket, 3 => window, 2 => log, 2 => gcra, 3 => leases, 3 => calendar];
     (unlocked, any::<bool>(), deadline()).prop_map(|(inner, lock, until)| {
         if lock {
             let mut bytes = words(6, &[until]);
@@ -356,6 +400,24 @@ fn policy_for(
             };
             params.check().ok()?;
             Policy::Gcra(params)
+        }
+        crate::core::limiter::Algorithm::CalendarWindow => {
+            let unit = [Unit::Day, Unit::Week, Unit::Month, Unit::Year][(seeds[1] % 4) as usize];
+            let anchors = unit.anchors();
+            let zone = ["UTC", "Europe/Berlin", "Pacific/Apia", "America/Santiago"]
+                [(seeds[2] % 4) as usize];
+            Policy::Calendar(CalendarParams {
+                limit: count(0),
+                calendar: Calendar {
+                    unit,
+                    anchor: pick(
+                        seeds[1] >> 2,
+                        u64::from(*anchors.start()),
+                        u64::from(*anchors.end()),
+                    ) as u8,
+                    zone: ZoneName::known(zone.as_bytes()).unwrap(),
+                },
+            })
         }
         crate::core::limiter::Algorithm::Lease => Policy::Lease {
             params: LeaseParams {
@@ -550,7 +612,7 @@ fn the_generators_reach_every_kind() {
             }
         }
     }
-    for algorithm in [1u8, 2, 3, 4, 5, 7] {
+    for algorithm in [1u8, 2, 3, 4, 5, 7, 8] {
         assert!(
             kinds.contains(&(algorithm, false)),
             "{algorithm} unlocked missing"

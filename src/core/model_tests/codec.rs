@@ -180,6 +180,14 @@ fn plausible_limiter(limiter: &Limiter) -> bool {
                 && lock_follows_denial(l)
                 && plausible_limiter(&l.inner)
         }
+        Limiter::CalendarWindow(w) => {
+            count_ok(w.params.limit)
+                && w.params.calendar.is_valid()
+                && w.start < w.end
+                && w.end.0 - w.start.0 <= crate::core::calendar::MAX_CALENDAR_PERIOD.0
+                && w.start <= crate::core::MAX_TIME
+                && w.count <= MAX_COUNT
+        }
         Limiter::Gcra(g) => {
             count_ok(g.params().limit)
                 && count_ok(g.params().rate)

@@ -297,6 +297,9 @@ fn exercise(limiter: &Limiter) {
                         copy.apply(crate::core::lease::grant(params, at, lease, id));
                     }
                 }
+                Limiter::CalendarWindow(w) => {
+                    let _ = crate::core::calendar_window::decide(Some(w), w.params, now, cost);
+                }
                 Limiter::Gcra(g) => {
                     let (verdict, _) = crate::core::gcra::decide(Some(g), g.params(), now, cost);
                     let _ = (verdict.outcome(), verdict.redis_cell_reply());
