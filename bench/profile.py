@@ -47,6 +47,16 @@ CASES = [
     ("RL.LIMIT, window policy", ["RL.LIMIT", "lw:__rand_int__", "win"]),
     ("RL.LIMIT BRIEF, window policy", ["RL.LIMIT", "lb:__rand_int__", "win", "BRIEF"]),
     ("RL.LIMIT, token bucket policy", ["RL.LIMIT", "lt:__rand_int__", "bucket"]),
+    # The denied-keys report (RL.TOPDENIED) costs nothing on the allowed path
+    # and one sketch update per denial: the same calls with it off and on.
+    ("RL.WINDOW, report off", ["RL.WINDOW", "fo:__rand_int__", "1000000", "1h"],
+     ["--ratelimit.denied-report-size", "0"]),
+    ("RL.WINDOW denied, report off", ["RL.WINDOW", "dn:__rand_int__", "1", "1h", "COST", "2"],
+     ["--ratelimit.denied-report-size", "0"]),
+    ("RL.WINDOW denied, report of 100 keys, 5,000 keys denied",
+     ["RL.WINDOW", "dr:__rand_int__", "1", "1h", "COST", "2"]),
+    ("RL.WINDOW denied, report of 100 keys, one key denied",
+     ["RL.WINDOW", "hot", "1", "1h", "COST", "2"]),
 ]
 
 # Defined on every server before its case runs (RL.LIMIT's policies).
@@ -173,12 +183,12 @@ def main():
     if not valgrind or not shutil.which("callgrind_control"):
         sys.exit("profile: valgrind is missing (apt-get install valgrind)")
     rows = []
-    for name, argv in CASES:
+    for name, argv, *extra in CASES:
         if args.only and args.only not in name:
             continue
         row = [name]
         for mode, server_args in MODES:
-            per_call, in_module = run_case(name, argv, valgrind, server_args)
+            per_call, in_module = run_case(name, argv, valgrind, server_args + sum(extra, []))
             row += [per_call, in_module]
             print(f"  {name:<32} {mode:<20} {per_call:>9,.0f} instructions/call, "
                   f"{in_module:>6,.0f} in the module", file=sys.stderr)

@@ -37,7 +37,7 @@ say() { printf 'memcheck: %s\n' "$*" >&2; }
 
 OUT="$PWD/target/memcheck"
 LOGS="$OUT/logs"
-TESTS="${MEMCHECK_TESTS-basic errors persistence gcra all peek policies controls replication propagation introspection memory transactions boundaries recovery model concurrency leases blocking stored_policies propagation_switch calendar restore_bounds}"
+TESTS="${MEMCHECK_TESTS-basic errors persistence gcra all peek policies controls replication propagation introspection memory transactions boundaries recovery model concurrency leases blocking stored_policies propagation_switch calendar restore_bounds denied_report policy_stats}"
 # Tests that assume two commands a few ms apart, which valgrind (10-50x slower)
 # does not keep: the limiter refills in between and the exact count is off.
 #   overall_retry_after_is_the_longest_wait (all.rs): two RL.ALL within 150 ms

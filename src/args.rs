@@ -112,6 +112,9 @@ pub struct Options {
     /// BLOCK timeout: wait for the permit up to this long instead of being
     /// denied; `Millis::ZERO` waits with no timeout (as XREAD BLOCK 0).
     pub block: Option<Millis>,
+    /// The stored policy this call applies (RL.LIMIT), whose counters it
+    /// adds to; set by the shell, never parsed.
+    pub policy: Option<u64>,
 }
 
 impl Options {
@@ -417,8 +420,13 @@ pub const DEFAULT_MAX_LIMITERS: usize = 16;
 
 const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN], a limiter per key: TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | WINDOW limit day|week|month|year [TZ zone] [ANCHOR day] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period | POLICY name";
 
-/// A stored policy by name (RL.ALL's `POLICY name`), from the shell.
-pub type PolicyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<Policy>;
+/// A stored policy by name (RL.ALL's `POLICY name`), from the shell: the
+/// policy and the id its calls are counted under.
+pub type PolicyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<(Policy, u64)>;
+
+/// RL.ALL's arguments: numkeys, the limiters in key order, for each the id
+/// of the stored policy it names (if it names one), and the options.
+pub type AllArgs = (usize, Vec<Policy>, Vec<Option<u64>>, Options);
 
 fn is_algorithm_name(word: &[u8]) -> bool {
     ["TOKENBUCKET", "WINDOW", "SLIDINGLOG", "GCRA"]
@@ -562,7 +570,7 @@ pub fn all(
     args: &(impl Args + ?Sized),
     max_limiters: usize,
     stored: PolicyLookup,
-) -> Result<(usize, Vec<Policy>, Options), ArgError> {
+) -> Result<AllArgs, ArgError> {
     let numkeys = parse_u64(args.get(0))
         .filter(|n| (1..=max_limiters as u64).contains(n))
         .ok_or_else(|| {
@@ -578,6 +586,7 @@ pub fn all(
         )));
     }
     let mut policies = Vec::with_capacity(numkeys);
+    let mut ids = Vec::with_capacity(numkeys);
     let mut i = 1 + numkeys;
     let is_policy = |word: &[u8]| word.eq_ignore_ascii_case(b"POLICY");
     while i < args.count() && (is_algorithm_name(args.get(i)) || is_policy(args.get(i))) {
@@ -600,14 +609,16 @@ pub fn all(
             } else {
                 return Err(lacking());
             };
-            let policy = stored(name).ok_or_else(|| {
+            let (policy, id) = stored(name).ok_or_else(|| {
                 ArgError(format!(
                     "ERR no policy named '{}' on this node (limiter {n})",
                     quoted(name)
                 ))
             })?;
+            ids.push(Some(id));
             (policy, 2)
         } else {
+            ids.push(None);
             limiter_at(
                 args,
                 i,
@@ -636,7 +647,7 @@ pub fn all(
                 .into(),
         ));
     }
-    Ok((numkeys, policies, options))
+    Ok((numkeys, policies, ids, options))
 }
 
 #[cfg(test)]
@@ -748,7 +759,7 @@ mod tests {
             let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
             all(args.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None)
         };
-        let (n, policies, options) =
+        let (n, policies, _, options) =
             parse("3 a b c TOKENBUCKET 10 1 1s window 100 1m SLIDING GCRA 5 1 1s COST 2 DRYRUN")
                 .unwrap();
         assert_eq!(
@@ -756,7 +767,7 @@ mod tests {
             (3, 3, 2, true)
         );
         assert!(matches!(policies[1], Policy::Window { sliding: true, .. }));
-        let (_, policies, _) = parse("1 a SLIDINGLOG 5 1h COUNTDENIED").unwrap();
+        let (_, policies, _, _) = parse("1 a SLIDINGLOG 5 1h COUNTDENIED").unwrap();
         assert!(matches!(
             policies[0],
             Policy::SlidingLog {

@@ -10,8 +10,8 @@ mod shell;
 use valkey_module::configuration::ConfigurationFlags;
 use valkey_module::{valkey_module, Context, Status, ValkeyString};
 
-use shell::controls;
 use shell::datatype::RATELIMIT_TYPE;
+use shell::{controls, denied_report};
 
 // Inside the server every allocation goes through Valkey's allocator (so
 // MEMORY USAGE and used_memory see it); unit tests run without a server.
@@ -76,6 +76,8 @@ valkey_module! {
     configurations: [
         i64: [
             ["max-limiters", &controls::MAX_LIMITERS, args::DEFAULT_MAX_LIMITERS as i64, 1, controls::MAX_LIMITERS_BOUND, ConfigurationFlags::DEFAULT, None],
+            ["denied-report-size", &denied_report::SIZE, denied_report::DEFAULT_SIZE, 0, denied_report::MAX_SIZE, ConfigurationFlags::DEFAULT, None],
+            ["denied-report-interval", &denied_report::INTERVAL, denied_report::DEFAULT_INTERVAL, 1, denied_report::MAX_INTERVAL, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [

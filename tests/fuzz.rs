@@ -115,6 +115,10 @@ const WORDS: &[&str] = &[
     "GCRA",
     "FOO",
     "NX",
+    "TZ",
+    "ANCHOR",
+    "month",
+    "Europe/Berlin",
 ];
 const COMMANDS: &[&str] = &[
     "RL.TOKENBUCKET",
@@ -136,6 +140,9 @@ const COMMANDS: &[&str] = &[
     "RL.POLICY.DEL",
     "RL.POLICY.GET",
     "RL.POLICY.LIST",
+    "RL.POLICY.STATS",
+    "RL.POLICY.RESETSTATS",
+    "RL.TOPDENIED",
 ];
 /// Stored policy names (`nope` is rarely defined: RL.LIMIT then fails).
 const POLICY_NAMES: &[&str] = &["p1", "p2", "p3", "nope"];
@@ -259,6 +266,18 @@ fn valid(g: &mut Gen) -> Argv {
             return out;
         }
         "RL.POLICY.LIST" => return out,
+        "RL.POLICY.STATS" | "RL.POLICY.RESETSTATS" => {
+            for _ in 0..g.below(3) {
+                out.push(word(g.pick(POLICY_NAMES)));
+            }
+            return out;
+        }
+        "RL.TOPDENIED" => {
+            if g.chance(70) {
+                out.push(word(g.pick(&["1", "5", "10000", "0", "10001"])));
+            }
+            return out;
+        }
         "RL.EXTEND" => out.extend([key, lease_id(g), period]),
         "RL.APPLY" => out.extend([key, junk(g)]),
         "RL.TOKENBUCKET" | "RL.GCRA" => out.extend([key, limit, word("1"), period]),

@@ -7,6 +7,7 @@ pub mod calendar;
 pub mod calendar_window;
 pub mod codec;
 pub mod gcra;
+pub mod heavy_hitters;
 pub mod lease;
 pub mod limiter;
 #[cfg(test)]

@@ -5,7 +5,7 @@ use std::ffi::c_int;
 
 use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
-use super::{blocking, controls, leases, metrics, replication};
+use super::{blocking, controls, leases, metrics, policy_stats, replication};
 use crate::args::{self, ArgError, Options};
 use crate::core::gcra::{self, Interval};
 use crate::core::lease::LeaseId;
@@ -215,9 +215,11 @@ fn execute<A: Into<Answer>>(
             return Attempt::Done(fail(ctx, message));
         }
     }
-    if !answer.allowed() {
+    let denied = !answer.allowed();
+    let shadow = denied && controls::shadow();
+    if denied {
         controls::on_denied(ctx, key_name, !may_write);
-        if controls::shadow() {
+        if shadow {
             answer = answer.shadowed(options.cost);
         }
     }
@@ -225,6 +227,13 @@ fn execute<A: Into<Answer>>(
         controls::on_locked(ctx, key_name);
     }
     metrics::record(algorithm, answer.allowed());
+    let counted = policy_stats::Counted {
+        allowed: answer.allowed(),
+        denied,
+        shadow,
+        locked: locks,
+    };
+    policy_stats::record(options.policy, !may_write, counted);
     if options.brief {
         return Attempt::Done(ffi::reply_integer(ctx, answer.brief()));
     }

@@ -8,7 +8,7 @@ use std::ffi::c_int;
 use super::commands::fields;
 use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
-use super::{controls, metrics, replication};
+use super::{controls, metrics, policy_stats, replication};
 use crate::args;
 use crate::core::limiter::{Effect, Limiter};
 use crate::core::policy::{self, Policy};
@@ -37,7 +37,7 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         controls::max_limiters(),
         &super::stored::lookup,
     );
-    let (numkeys, policies, options) = match parsed {
+    let (numkeys, policies, policy_ids, options) = match parsed {
         Ok(parsed) => parsed,
         Err(error) => return fail(ctx, &error.0),
     };
@@ -85,10 +85,14 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     let (mut compound, effects) = policy::decide_all(&policies, &states, now, options.request());
     drop(states);
     let mut locked = Vec::new();
+    let mut locks = vec![false; numkeys];
     if may_write {
-        for ((key, effect), name) in keys.iter_mut().zip(effects).zip(names) {
+        for (((key, effect), name), locks) in
+            keys.iter_mut().zip(effects).zip(names).zip(&mut locks)
+        {
             if matches!(effect, Some(Effect::Replace(Limiter::Locked(_)))) {
                 locked.push(*name);
+                *locks = true;
             }
             if let (Some(effect), Some(key)) = (effect, key.as_mut()) {
                 if let Err(message) = replication::commit(ctx, key, *name, effect) {
@@ -105,7 +109,17 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     for name in locked {
         controls::on_locked(ctx, name);
     }
-    if !compound.allowed && controls::shadow() {
+    let shadow = !compound.allowed && controls::shadow();
+    for ((id, outcome), locked) in policy_ids.iter().zip(&compound.outcomes).zip(&locks) {
+        let counted = policy_stats::Counted {
+            allowed: compound.allowed || shadow,
+            denied: !outcome.allowed,
+            shadow,
+            locked: *locked,
+        };
+        policy_stats::record(*id, !may_write, counted);
+    }
+    if shadow {
         compound.allowed = true;
         compound.retry_after = RetryAfter::After(Millis::ZERO);
         compound.granted = options.cost;

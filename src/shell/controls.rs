@@ -6,6 +6,7 @@
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
+use super::denied_report;
 use super::ffi::{self, Ctx, Str};
 use super::metrics;
 use crate::args;
@@ -47,6 +48,7 @@ pub fn on_denied(ctx: Ctx, key: Str, dry_run: bool) {
     if shadow {
         metrics::record_shadow_denied();
     }
+    denied_report::record(key);
     if EVENTS.load(Ordering::Relaxed) {
         let event = if shadow {
             SHADOW_DENIED_EVENT

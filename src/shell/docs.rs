@@ -120,6 +120,10 @@ pub const SLIDING_LOG: &[Arg] = with_block_options![
     duration(c"period"),
     flag(c"countdenied", c"COUNTDENIED"),
 ];
+pub const TOP_DENIED: &[Arg] = &[Arg {
+    flags: OPTIONAL,
+    ..int(c"count")
+}];
 pub const GCRA: &[Arg] =
     with_block_options![key(), int(c"burst"), int(c"rate"), duration(c"period")];
 pub const THROTTLE: &[Arg] = &[
@@ -202,6 +206,10 @@ pub const LIMIT: &[Arg] = with_block_options![key(), arg(c"policy", Kind::Text)]
 pub const POLICY_NAME: &[Arg] = &[arg(c"name", Kind::Text)];
 pub const POLICY_NAMES: &[Arg] = &[Arg {
     flags: MULTIPLE,
+    ..arg(c"name", Kind::Text)
+}];
+pub const POLICY_NAMES_OPTIONAL: &[Arg] = &[Arg {
+    flags: MULTIPLE | OPTIONAL,
     ..arg(c"name", Kind::Text)
 }];
 pub const POLICY_SET: &[Arg] = &[arg(c"name", Kind::Text), LIMITER];

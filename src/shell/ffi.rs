@@ -188,6 +188,77 @@ pub fn reply_compound(
     raw::Status::Ok as c_int
 }
 
+/// A nested reply built call by call: maps are maps under RESP3 and arrays
+/// of their values under RESP2 (names are sent under RESP3 only).
+pub struct Nested {
+    ctx: Ctx,
+    resp3: bool,
+}
+
+impl Nested {
+    pub fn new(ctx: Ctx) -> Nested {
+        Nested {
+            ctx,
+            resp3: is_resp3(ctx),
+        }
+    }
+
+    pub fn map(&mut self, fields: usize) {
+        // SAFETY: ctx is the live command context.
+        unsafe {
+            if self.resp3 {
+                raw::RedisModule_ReplyWithMap.unwrap()(self.ctx, fields as _);
+            } else {
+                raw::RedisModule_ReplyWithArray.unwrap()(self.ctx, fields as _);
+            }
+        }
+    }
+
+    pub fn name(&mut self, name: &CStr) {
+        if self.resp3 {
+            // SAFETY: ctx is live; name is NUL-terminated.
+            unsafe { raw::RedisModule_ReplyWithSimpleString.unwrap()(self.ctx, name.as_ptr()) };
+        }
+    }
+
+    /// A map whose keys are data (bulk strings) in both protocols: a map
+    /// under RESP3, a flat array of key, value, ... under RESP2 (as HGETALL).
+    pub fn pairs(&mut self, len: usize) {
+        // SAFETY: ctx is the live command context.
+        unsafe {
+            if self.resp3 {
+                raw::RedisModule_ReplyWithMap.unwrap()(self.ctx, len as _);
+            } else {
+                raw::RedisModule_ReplyWithArray.unwrap()(self.ctx, (2 * len) as _);
+            }
+        }
+    }
+
+    pub fn array(&mut self, len: usize) {
+        // SAFETY: ctx is the live command context.
+        unsafe { raw::RedisModule_ReplyWithArray.unwrap()(self.ctx, len as _) };
+    }
+
+    pub fn int(&mut self, value: i64) {
+        reply_integer(self.ctx, value);
+    }
+
+    pub fn bulk(&mut self, bytes: &[u8]) {
+        // SAFETY: ctx is live; the buffer is copied by the server.
+        unsafe {
+            raw::RedisModule_ReplyWithStringBuffer.unwrap()(
+                self.ctx,
+                bytes.as_ptr().cast(),
+                bytes.len(),
+            )
+        };
+    }
+
+    pub fn null(&mut self) {
+        reply_null(self.ctx);
+    }
+}
+
 /// Replies with an array of bulk strings.
 pub fn reply_bulks<'a>(ctx: Ctx, items: impl ExactSizeIterator<Item = &'a [u8]>) -> c_int {
     // SAFETY: ctx is live; each buffer is copied by the server.

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use valkey_module::{InfoContext, ValkeyResult};
 use valkey_module_macros::info_command_handler;
 
+use super::policy_stats;
 use crate::core::limiter::Algorithm;
 
 pub struct Counters {
@@ -131,7 +132,7 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
             .field(&format!("{name}_allowed"), get(&counters.allowed))?
             .field(&format!("{name}_denied"), get(&counters.denied))?;
     }
-    section
+    let builder = section
         .field("all_allowed", get(&ALL.allowed))?
         .field("all_denied", get(&ALL.denied))?
         .field("shadow_denied", get(&SHADOW_DENIED))?
@@ -149,7 +150,32 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
             "propagating",
             u64::from(super::propagation::is_on()).to_string(),
         )?
+        .build_section()?;
+    let mut policies = builder.add_section("policies");
+    let all = policy_stats::all();
+    let shown = |name: &[u8]| {
+        name.iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(b))
+    };
+    let mut listed = 0;
+    for (name, stats) in &all {
+        if listed == MAX_INFO_POLICIES || !shown(name) {
+            continue;
+        }
+        listed += 1;
+        let value = format!(
+            "allowed={},denied={},shadow_denied={},lockouts={},since_ms={}",
+            stats.allowed, stats.denied, stats.shadow_denied, stats.lockouts, stats.since.0
+        );
+        let name = String::from_utf8_lossy(name);
+        policies = policies.field(&format!("policy_{name}"), value)?;
+    }
+    policies
+        .field("policies_not_shown", (all.len() - listed).to_string())?
         .build_section()?
         .build_info()?;
     Ok(())
 }
+
+/// INFO lists at most this many policies (RL.POLICY.STATS lists them all).
+const MAX_INFO_POLICIES: usize = 100;

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use valkey_module::raw;
 
 use super::ffi::{self, Ctx, Str};
-use super::{commands, compound, docs, leases, replication, stored};
+use super::{commands, compound, denied_report, docs, leases, replication, stored};
 
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
 
@@ -130,6 +130,9 @@ entry_point!(policy_set_entry, stored::set, 3);
 entry_point!(policy_get_entry, policy_get_handler);
 entry_point!(policy_del_entry, stored::del);
 entry_point!(policy_list_entry, policy_list_handler, 1);
+entry_point!(top_denied_entry, denied_report::top_denied, 1);
+entry_point!(policy_stats_entry, stored::stats, 1);
+entry_point!(policy_reset_stats_entry, stored::reset_stats, 1);
 
 fn policy_get_handler(ctx: Ctx, argv: &[Str]) -> c_int {
     if argv.len() != 2 {
@@ -192,7 +195,7 @@ const BLOCKING_CATEGORIES: &CStr = c"write fast blocking ratelimit";
 /// Giving slots back must work when memory is short (as DEL does).
 const RELEASE_FLAGS: &CStr = c"write fast";
 
-static COMMANDS: [Spec; 18] = [
+static COMMANDS: [Spec; 21] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
@@ -301,6 +304,42 @@ static COMMANDS: [Spec; 18] = [
         key_flags: 0,
         keys: Keys::Keyless,
         args: &[],
+    },
+    Spec {
+        name: c"rl.policy.stats",
+        entry: policy_stats_entry,
+        flags: c"readonly",
+        arity: -1,
+        summary: c"Returns each policy's counters on this node (allowed, denied, shadow_denied, lockouts) since it was set or reset.",
+        complexity: c"O(M log N) for M names (or all N policies).",
+        acl_categories: Some(c"read ratelimit"),
+        key_flags: 0,
+        keys: Keys::Keyless,
+        args: docs::POLICY_NAMES_OPTIONAL,
+    },
+    Spec {
+        name: c"rl.policy.resetstats",
+        entry: policy_reset_stats_entry,
+        flags: c"",
+        arity: -1,
+        summary: c"Starts the counters of the named policies (all when none is named) at zero on this node.",
+        complexity: c"O(M log N) for M names (or all N policies).",
+        acl_categories: None,
+        key_flags: 0,
+        keys: Keys::Keyless,
+        args: docs::POLICY_NAMES_OPTIONAL,
+    },
+    Spec {
+        name: c"rl.topdenied",
+        entry: top_denied_entry,
+        flags: c"readonly",
+        arity: -1,
+        summary: c"Returns the keys denied most often on this node in the current and the previous interval, with their counts and error bounds.",
+        complexity: c"O(S log S) for S = ratelimit.denied-report-size.",
+        acl_categories: Some(c"read ratelimit"),
+        key_flags: 0,
+        keys: Keys::Keyless,
+        args: docs::TOP_DENIED,
     },
     Spec {
         name: c"rl.throttle",

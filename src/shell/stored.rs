@@ -19,6 +19,7 @@ use valkey_module::raw;
 
 use super::commands;
 use super::ffi::{self, Argv, Ctx, Str};
+use super::policy_stats::{self, PolicyId};
 use crate::args::{self, Args};
 use crate::core::policy::Policy;
 
@@ -30,6 +31,22 @@ struct Stored {
     /// The words after the name, as given: what GET shows and the RDB and
     /// the AOF keep (parsed again when loaded).
     definition: Vec<Vec<u8>>,
+    /// Its counters (policy_stats.rs): new at every definition and load.
+    id: PolicyId,
+}
+
+fn stored(name: &[u8], policy: Policy, definition: Vec<Vec<u8>>) -> Stored {
+    Stored {
+        policy,
+        definition,
+        id: policy_stats::register(name, ffi::now()),
+    }
+}
+
+fn forget_all(registry: &Registry) {
+    for stored in registry.values() {
+        policy_stats::forget(stored.id);
+    }
 }
 
 type Registry = BTreeMap<Vec<u8>, Stored>;
@@ -71,7 +88,11 @@ pub fn set(ctx: Ctx, argv: &[Str]) -> c_int {
             &format!("ERR there are {MAX_POLICIES} policies already: delete one first"),
         );
     }
-    POLICIES.with_borrow_mut(|p| p.insert(name, Stored { policy, definition }));
+    let entry = stored(&name, policy, definition);
+    let replaced = POLICIES.with_borrow_mut(|p| p.insert(name, entry));
+    if let Some(old) = replaced {
+        policy_stats::forget(old.id);
+    }
     ffi::replicate_verbatim(ctx);
     ffi::reply_ok(ctx)
 }
@@ -91,7 +112,8 @@ pub fn del(ctx: Ctx, argv: &[Str]) -> c_int {
     let deleted = POLICIES.with_borrow_mut(|p| {
         argv[1..]
             .iter()
-            .filter(|name| p.remove(ffi::bytes(**name)).is_some())
+            .filter_map(|name| p.remove(ffi::bytes(*name)))
+            .map(|old| policy_stats::forget(old.id))
             .count()
     });
     if deleted > 0 {
@@ -105,14 +127,71 @@ pub fn list(ctx: Ctx, _argv: &[Str]) -> c_int {
     POLICIES.with_borrow(|p| ffi::reply_bulks(ctx, p.keys().map(Vec::as_slice)))
 }
 
-/// The policy stored under `name`.
-pub fn lookup(name: &[u8]) -> Option<Policy> {
-    POLICIES.with_borrow(|p| p.get(name).map(|s| s.policy))
+/// The policy stored under `name`, and the id its calls are counted under.
+pub fn lookup(name: &[u8]) -> Option<(Policy, PolicyId)> {
+    POLICIES.with_borrow(|p| p.get(name).map(|s| (s.policy, s.id)))
+}
+
+/// The policies `argv` names (all of them when it names none, sorted), each
+/// with its counters' id (None: no such policy).
+fn named(argv: &[Str]) -> Vec<(Vec<u8>, Option<PolicyId>)> {
+    POLICIES.with_borrow(|p| {
+        if argv.is_empty() {
+            return p.iter().map(|(n, s)| (n.clone(), Some(s.id))).collect();
+        }
+        argv.iter()
+            .map(|name| {
+                let name = ffi::bytes(*name);
+                (name.to_vec(), p.get(name).map(|s| s.id))
+            })
+            .collect()
+    })
+}
+
+/// `RL.POLICY.STATS [name ...]`: each policy's counters (nil for a name
+/// that is no policy), as a map from name to {allowed, denied,
+/// shadow_denied, lockouts, since_ms} (RESP2: name, [values], ...).
+pub fn stats(ctx: Ctx, argv: &[Str]) -> c_int {
+    let policies = named(&argv[1..]);
+    let mut out = ffi::Nested::new(ctx);
+    out.pairs(policies.len());
+    for (name, id) in policies {
+        out.bulk(&name);
+        match id.and_then(policy_stats::get) {
+            None => out.null(),
+            Some(stats) => {
+                out.map(5);
+                for (field, value) in [
+                    (c"allowed", stats.allowed),
+                    (c"denied", stats.denied),
+                    (c"shadow_denied", stats.shadow_denied),
+                    (c"lockouts", stats.lockouts),
+                    (c"since_ms", stats.since.0),
+                ] {
+                    out.name(field);
+                    out.int(i64::try_from(value).unwrap_or(i64::MAX));
+                }
+            }
+        }
+    }
+    raw::Status::Ok as c_int
+}
+
+/// `RL.POLICY.RESETSTATS [name ...]`: starts the named policies' counters
+/// (all when none is named) at zero; replies how many were reset.
+pub fn reset_stats(ctx: Ctx, argv: &[Str]) -> c_int {
+    let now = ffi::now();
+    let reset = named(&argv[1..])
+        .into_iter()
+        .filter_map(|(_, id)| id)
+        .map(|id| policy_stats::reset(id, now))
+        .count();
+    ffi::reply_integer(ctx, reset as i64)
 }
 
 /// `RL.LIMIT key policy [options]`: the policy's command on `key`.
 pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
-    let Some(policy) = lookup(ffi::bytes(argv[2])) else {
+    let Some((policy, id)) = lookup(ffi::bytes(argv[2])) else {
         return commands::fail(
             ctx,
             &format!(
@@ -122,7 +201,13 @@ pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
         );
     };
     match args::limit_options(&Argv(&argv[3..]), &policy) {
-        Ok(options) => commands::start(ctx, argv[1], policy, options),
+        Ok(options) => {
+            let options = args::Options {
+                policy: Some(id),
+                ..options
+            };
+            commands::start(ctx, argv[1], policy, options)
+        }
         Err(error) => commands::fail(ctx, &error.0),
     }
 }
@@ -131,10 +216,14 @@ pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
 /// the file's; a failed one (an aborted diskless sync) restores them.
 pub fn on_loading(subevent: u64) {
     match subevent {
-        raw::REDISMODULE_SUBEVENT_LOADING_ENDED => BEFORE_LOAD.set(None),
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
+            if let Some(before) = BEFORE_LOAD.take() {
+                forget_all(&before);
+            }
+        }
         raw::REDISMODULE_SUBEVENT_LOADING_FAILED => {
             if let Some(before) = BEFORE_LOAD.take() {
-                POLICIES.set(before);
+                forget_all(&POLICIES.replace(before));
             }
         }
         _ => {
@@ -228,9 +317,16 @@ unsafe fn load_policies(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int
         let Ok(policy) = args::policy_definition(definition.as_slice()) else {
             return err;
         };
-        loaded.insert(name, Stored { policy, definition });
+        loaded.insert(name, (policy, definition));
     }
-    POLICIES.with_borrow_mut(|p| p.extend(loaded));
+    POLICIES.with_borrow_mut(|p| {
+        for (name, (policy, definition)) in loaded {
+            let entry = stored(&name, policy, definition);
+            if let Some(old) = p.insert(name, entry) {
+                policy_stats::forget(old.id);
+            }
+        }
+    });
     raw::Status::Ok as c_int
 }
 
