@@ -55,10 +55,12 @@ export DEBIAN_FRONTEND=noninteractive
 
 . /etc/os-release
 if need_valkey && [ "${VERSION_CODENAME:-}" = bookworm ]; then
-  if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    say "adding Debian bookworm-backports to apt sources (valkey-server lives there on Debian 12)"
-    echo "deb http://deb.debian.org/debian bookworm-backports main" |
-      $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+  # valkey-server lives in bookworm-backports on Debian 12; an entry in either
+  # format (one-line or deb822) is used as it is (scripts/apt-sources.sh).
+  # shellcheck source=scripts/apt-sources.sh
+  . "$(dirname "$0")/apt-sources.sh"
+  if ! apt_has_source deb http://deb.debian.org/debian bookworm-backports main; then
+    apt_ensure_source deb http://deb.debian.org/debian bookworm-backports main bookworm-backports
   fi
 fi
 
