@@ -12,7 +12,7 @@ PORT ?= 6379
 export VALKEY_SERVER
 export RL_MODULE := $(MODULE)
 
-.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples
+.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples test-external
 
 setup:
 	@bash scripts/setup.sh
@@ -46,6 +46,16 @@ test: setup lint build
 	@set -o pipefail; $(CARGO) test --release 2>&1 | tee target/test.log; status=$$?; \
 	awk '/^test result:/ { p += $$4; f += $$6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test.log; \
 	exit $$status
+
+# The integration tests against a server that is already running with the
+# module (a container, a packaged install), as valkey-bundle runs each
+# module's tests against its image: RL_TEST_SERVER=host:port make
+# test-external. It FLUSHALLs that server. Tests that need a server of their
+# own are skipped; without RL_TEST_SERVER, a valkey-server with the module is
+# started here (and stopped). Last line: passed, skipped, failed.
+# See docs/testing.md and scripts/test-external.sh.
+test-external: build
+	@bash scripts/test-external.sh
 
 # The whole suite once per supported server: Debian's valkey-server (8.0) and
 # Valkey 9 built from Debian's source package by scripts/valkey9.sh (cached

@@ -12,8 +12,8 @@
 
 use super::{until, Millis, Outcome, RetryAfter};
 
-/// The largest `limit` of a lease limiter: bounds a key's memory (24 bytes a
-/// lease) and the O(leases) walks of a call.
+/// The largest `limit` of a lease limiter: bounds a key's memory (24 to 27 bytes
+/// a lease) and the O(leases) walks of a call.
 pub const MAX_LEASE_LIMIT: u64 = 100_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,7 +121,9 @@ impl Leases {
     /// A state loaded from outside (RDB, RESTORE) is accepted only when this
     /// code could have produced it: leases in order, ids unique, each holding
     /// at least one slot, no more than the largest limit in all.
-    pub fn restored(limit: u64, last: Millis, held: Vec<Lease>) -> Option<Leases> {
+    pub fn restored(limit: u64, last: Millis, mut held: Vec<Lease>) -> Option<Leases> {
+        // Loaded by pushes (RDB, RESTORE): no spare room kept.
+        held.shrink_to_fit();
         let in_order = held
             .windows(2)
             .all(|p| (p[0].expires_at, p[0].id) < (p[1].expires_at, p[1].id));
@@ -169,6 +171,12 @@ impl Leases {
         let position = self
             .held
             .partition_point(|l| (l.expires_at, l.id) < (lease.expires_at, lease.id));
+        // Grow by an eighth, not double: a key holds at most 1/8 spare
+        // (27 bytes a lease, not up to 48); the copy is O(leases), as the
+        // insert is already.
+        if self.held.len() == self.held.capacity() {
+            self.held.reserve_exact((self.held.len() / 8).max(4));
+        }
         self.held.insert(position, lease);
     }
 
@@ -194,8 +202,8 @@ impl Leases {
                 }
             }
         }
-        if self.held.capacity() > 2 * self.held.len() + 4 {
-            self.held.shrink_to_fit();
+        if self.held.capacity() > self.held.len() + self.held.len() / 4 + 4 {
+            self.held.shrink_to(self.held.len() + self.held.len() / 8);
         }
     }
 }

@@ -436,6 +436,59 @@ static CL_THROTTLE: Spec = Spec {
         args: docs::THROTTLE,
 };
 
+/// The oldest server this module supports: Valkey 8.0 (module configs,
+/// `AddACLCategory`, the key spec and command info APIs it relies on).
+pub const OLDEST_VALKEY: (u32, u32) = (8, 0);
+
+/// Whether a server that calls itself `name` at `version` ("8.0.1") is one
+/// this module supports; Err says why not, for the server log.
+pub fn supported(name: &str, version: &str) -> Result<(), String> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let (major, minor) = match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor),
+        _ => return Err(format!("cannot read the server's version '{version}'")),
+    };
+    let (oldest_major, oldest_minor) = OLDEST_VALKEY;
+    if name != "valkey" {
+        return Err(format!(
+            "this is {name} {version}, not Valkey: the module supports Valkey {oldest_major}.{oldest_minor} and newer; not loading"
+        ));
+    }
+    if (major, minor) < OLDEST_VALKEY {
+        return Err(format!(
+            "Valkey {version} is older than Valkey {oldest_major}.{oldest_minor}, the oldest this module supports; not loading"
+        ));
+    }
+    Ok(())
+}
+
+/// The server's name and version from INFO server: `valkey_version` (from
+/// 8.0; it keeps `redis_version` at 7.2.4), else `redis_version` and
+/// `server_name` (Valkey 7.2 says valkey; Redis has none).
+pub fn server_identity(ctx: Ctx) -> (String, String) {
+    // SAFETY: called from OnLoad with its context; the info object is freed
+    // here and the field strings are copied before that.
+    unsafe {
+        let info = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"server".as_ptr());
+        if info.is_null() {
+            return ("unknown".into(), String::new());
+        }
+        let field = |name: &CStr| -> Option<String> {
+            let value = raw::RedisModule_ServerInfoGetFieldC.unwrap()(info, name.as_ptr());
+            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+        };
+        let valkey = field(c"valkey_version");
+        let redis = field(c"redis_version");
+        let name = field(c"server_name");
+        raw::RedisModule_FreeServerInfo.unwrap()(ctx, info);
+        match (valkey, name) {
+            (Some(version), _) => ("valkey".into(), version),
+            (None, Some(name)) => (name, redis.unwrap_or_default()),
+            (None, None) => ("Redis".into(), redis.unwrap_or_default()),
+        }
+    }
+}
+
 /// Load-time choices (module arguments).
 pub struct LoadOptions {
     /// Register `CL.THROTTLE` (argument `cl-throttle yes|no`, default yes).
@@ -561,4 +614,24 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::supported;
+
+    #[test]
+    fn valkey_8_0_and_newer_load_older_servers_and_redis_do_not() {
+        for ok in ["8.0.0", "8.0.1", "8.1.4", "9.1.2", "10.0.0"] {
+            assert_eq!(supported("valkey", ok), Ok(()), "{ok}");
+        }
+        let e = supported("valkey", "7.2.4").unwrap_err();
+        assert!(
+            e.starts_with("Valkey 7.2.4 is older than Valkey 8.0"),
+            "{e}"
+        );
+        let e = supported("Redis", "7.0.15").unwrap_err();
+        assert!(e.starts_with("this is Redis 7.0.15, not Valkey"), "{e}");
+        assert!(supported("valkey", "garbage").is_err());
+    }
 }
