@@ -12,7 +12,7 @@ PORT ?= 6379
 export VALKEY_SERVER
 export RL_MODULE := $(MODULE)
 
-.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples test-external
+.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples test-external deb test-deb docker-check
 
 setup:
 	@bash scripts/setup.sh
@@ -147,6 +147,20 @@ demo: build
 # See scripts/dist.sh.
 dist: build
 	@bash scripts/dist.sh
+
+# make deb: target/deb/valkey-ratelimit_<version>-1_<arch>.deb, installing the
+# module in /usr/lib/valkey/modules/, the sample config as the conffile
+# /etc/valkey/valkey-ratelimit.conf, the docs and the licence; depends on
+# libc6 and libgcc-s1, recommends valkey-server (>= 8.0). See scripts/deb.sh.
+deb: build
+	@bash scripts/deb.sh >/dev/null
+
+# make test-deb: installs that package with dpkg (root or sudo), loads it into
+# Debian's valkey-server through /etc/valkey/valkey.conf plus the include line,
+# smoke-tests it, runs the integration tests against it (as test-external),
+# then removes and purges it and checks nothing is left. See scripts/deb-test.sh.
+test-deb: deb
+	@RL_DEB_SUITE=1 bash scripts/deb-test.sh "$$(ls -t target/deb/*.deb | head -1)"
 
 # Benchmarks: see bench/bench.py. The chart needs matplotlib, installed from
 # PyPI into target/bench-venv on first use; without it the table is still made.
