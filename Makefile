@@ -162,6 +162,14 @@ deb: build
 test-deb: deb
 	@RL_DEB_SUITE=1 bash scripts/deb-test.sh "$$(ls -t target/deb/*.deb | head -1)"
 
+# make docker-check: what can be proven about the Dockerfile without a registry
+# or a container runtime (root; minutes the first time; not in CI): its shape,
+# the build stage's commands run in a debootstrap chroot of the same Debian
+# release, the final layout and the entrypoint's load line there. Says at the
+# end what it cannot prove. See scripts/docker-check.sh and docs/testing.md.
+docker-check:
+	@bash scripts/docker-check.sh
+
 # Benchmarks: see bench/bench.py. The chart needs matplotlib, installed from
 # PyPI into target/bench-venv on first use; without it the table is still made.
 bench: build

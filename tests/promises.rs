@@ -165,17 +165,18 @@ fn an_unknown_option_error_lists_the_options_the_command_takes_and_only_those() 
 fn lease_memory_is_what_the_docs_say() {
     let server = Server::start();
     let mut con = server.conn();
-    let said = numbers_after(&docs(), "at most ");
-    let per_lease = *said
-        .iter()
-        .zip(docs().match_indices("at most ").map(|(at, _)| at))
-        .find(|(_, at)| {
-            docs()[*at..]
-                .split_once('\n')
-                .is_some_and(|(line, _)| line.contains("bytes per lease"))
+    // "at most N bytes per lease": the figure the docs give.
+    let text = docs();
+    let per_lease: u64 = text
+        .match_indices(" bytes per lease")
+        .find_map(|(at, _)| {
+            text[at.saturating_sub(20)..at]
+                .rsplit_once("at most ")?
+                .1
+                .parse()
+                .ok()
         })
-        .expect("the docs say 'at most N bytes per lease'")
-        .0;
+        .expect("the docs say 'at most N bytes per lease'");
     for n in [1_100u64, 4_000] {
         let key = format!("jobs{n}");
         let mut pipe = redis::pipe();
@@ -218,11 +219,17 @@ fn cells_at_once(con: &mut redis::Connection, cmds: &[Vec<String>]) -> Vec<Vec<i
 
 fn migration_section() -> String {
     let text = docs();
+    // The page's title or a section of that name, to the next such heading.
     let start = text
-        .find("## Migrating from redis-cell")
-        .expect("a section 'Migrating from redis-cell'");
-    let rest = &text[start + 3..];
-    rest[..rest.find("\n## ").unwrap_or(rest.len())].to_string()
+        .find("# Migrating from redis-cell\n")
+        .expect("a heading 'Migrating from redis-cell'");
+    let rest = &text[start + 2..];
+    let end = [rest.find("\n# "), rest.find("\n## ")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(rest.len());
+    rest[..end].to_string()
 }
 
 /// Asserts the migration section mentions every one of `words`.
