@@ -18,7 +18,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// "dev" between releases, "rc1".."rcN" for release candidates, "ga" once
 /// released: INFO `ratelimit_release_stage`, as the official modules say it.
-pub const RELEASE_STAGE: &str = "dev";
+pub const RELEASE_STAGE: &str = "ga";
 
 const fn number(text: &str) -> i32 {
     let digits = text.as_bytes();

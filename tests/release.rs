@@ -53,7 +53,7 @@ fn module_list_and_info_report_the_version_and_release_stage() {
     if stage == "ga" {
         let changelog = include_str!("../CHANGELOG.md");
         assert!(
-            changelog.contains(&format!("## {}", env!("CARGO_PKG_VERSION"))),
+            changelog.contains(&format!("## [{}] - ", env!("CARGO_PKG_VERSION"))),
             "CHANGELOG.md has no entry for {}",
             env!("CARGO_PKG_VERSION")
         );
