@@ -14,15 +14,31 @@ Components: main contrib
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 ";
 
+/// A fresh APT_ETC, removed when dropped.
+struct Etc(PathBuf);
+
+impl std::ops::Deref for Etc {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Etc {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A fresh APT_ETC with these files under sources.list.d.
-fn etc(name: &str, files: &[(&str, &str)]) -> PathBuf {
+fn etc(name: &str, files: &[(&str, &str)]) -> Etc {
     let dir = std::env::temp_dir().join(format!("rl-apt-{}-{name}", std::process::id()));
     let _ = fs::remove_dir_all(&dir);
     fs::create_dir_all(dir.join("sources.list.d")).unwrap();
     for (file, text) in files {
         fs::write(dir.join("sources.list.d").join(file), text).unwrap();
     }
-    dir
+    Etc(dir)
 }
 
 fn script() -> PathBuf {
