@@ -31,7 +31,14 @@ fn tour() -> Vec<Step> {
         }
         if let Some(command) = line.strip_prefix(PROMPT) {
             steps.push((
-                command.split_whitespace().map(String::from).collect(),
+                // "   # ..." after a command is a comment.
+                command
+                    .split(" #")
+                    .next()
+                    .unwrap_or("")
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect(),
                 Vec::new(),
             ));
             continue;
@@ -92,7 +99,11 @@ fn the_readme_tour_answers_as_shown() {
                 _ => None,
             };
             let got = got.unwrap_or_else(|| panic!("{words:?}: no item {index} in {reply:?}"));
-            if value.starts_with('"') {
+            let quoted = value.trim_matches('"');
+            if value.starts_with('"')
+                && quoted.len() == 16
+                && quoted.bytes().all(|b| b.is_ascii_hexdigit())
+            {
                 // A lease id: remember it, compare its form.
                 assert_eq!(got.len(), 18, "{words:?}: {got}");
                 lease_ids.push((value.trim_matches('"').into(), got.trim_matches('"').into()));
