@@ -2,6 +2,7 @@
 # make test-deb: the package of make deb, installed and removed on this
 # machine (root or sudo; Debian or Ubuntu with valkey-server 8.0 or newer).
 #
+#  0. lintian, when it is installed: no errors
 #  1. purges any valkey-ratelimit installed before, then `dpkg -i` the .deb;
 #     checks the files are where the package says and its dependencies hold
 #  2. starts Debian's own valkey-server with Debian's /etc/valkey/valkey.conf
@@ -34,6 +35,12 @@ cleanup() {
   if [ -n "$dir" ]; then rm -rf "$dir"; fi
 }
 trap cleanup EXIT
+
+# 0. Debian's package checker, where it is installed (errors fail the test).
+if command -v lintian >/dev/null 2>&1; then
+  lintian --fail-on error --suppress-tags initial-upload-closes-no-bugs "$deb" >&2 || fail "lintian reports errors"
+  say "ok: lintian finds no errors"
+fi
 
 # 1. install
 if dpkg-query -W -f='${Status}' valkey-ratelimit 2>/dev/null | grep -q installed; then
