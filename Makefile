@@ -12,7 +12,7 @@ PORT ?= 6379
 export VALKEY_SERVER
 export RL_MODULE := $(MODULE)
 
-.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples
+.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples test-external deb test-deb docker-check
 
 setup:
 	@bash scripts/setup.sh
@@ -46,6 +46,16 @@ test: setup lint build
 	@set -o pipefail; $(CARGO) test --release 2>&1 | tee target/test.log; status=$$?; \
 	awk '/^test result:/ { p += $$4; f += $$6 } END { printf "tests: %d passed, %d failed\n", p, f }' target/test.log; \
 	exit $$status
+
+# The integration tests against a server that is already running with the
+# module (a container, a packaged install), as valkey-bundle runs each
+# module's tests against its image: RL_TEST_SERVER=host:port make
+# test-external. It FLUSHALLs that server. Tests that need a server of their
+# own are skipped; without RL_TEST_SERVER, a valkey-server with the module is
+# started here (and stopped). Last line: passed, skipped, failed.
+# See docs/testing.md and scripts/test-external.sh.
+test-external: build
+	@bash scripts/test-external.sh
 
 # The whole suite once per supported server: Debian's valkey-server (8.0) and
 # Valkey 9 built from Debian's source package by scripts/valkey9.sh (cached
@@ -137,6 +147,28 @@ demo: build
 # See scripts/dist.sh.
 dist: build
 	@bash scripts/dist.sh
+
+# make deb: target/deb/valkey-ratelimit_<version>-1_<arch>.deb, installing the
+# module in /usr/lib/valkey/modules/, the sample config as the conffile
+# /etc/valkey/valkey-ratelimit.conf, the docs and the licence; depends on
+# libc6 and libgcc-s1, recommends valkey-server (>= 8.0). See scripts/deb.sh.
+deb: build
+	@bash scripts/deb.sh >/dev/null
+
+# make test-deb: installs that package with dpkg (root or sudo), loads it into
+# Debian's valkey-server through /etc/valkey/valkey.conf plus the include line,
+# smoke-tests it, runs the integration tests against it (as test-external),
+# then removes and purges it and checks nothing is left. See scripts/deb-test.sh.
+test-deb: deb
+	@RL_DEB_SUITE=1 bash scripts/deb-test.sh "$$(ls -t target/deb/*.deb | head -1)"
+
+# make docker-check: what can be proven about the Dockerfile without a registry
+# or a container runtime (root; minutes the first time; not in CI): its shape,
+# the build stage's commands run in a debootstrap chroot of the same Debian
+# release, the final layout and the entrypoint's load line there. Says at the
+# end what it cannot prove. See scripts/docker-check.sh and docs/testing.md.
+docker-check:
+	@bash scripts/docker-check.sh
 
 # Benchmarks: see bench/bench.py. The chart needs matplotlib, installed from
 # PyPI into target/bench-venv on first use; without it the table is still made.

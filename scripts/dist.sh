@@ -7,8 +7,8 @@
 # The archive holds one directory of the same name: libvalkey_ratelimit.so
 # (the release build, which `make dist` makes first), valkey-ratelimit.conf
 # (packaging/: the loadmodule line, its cl-throttle argument and the module
-# configs with their defaults), README.md, CHANGELOG.md, LICENSE when there is
-# one, and SHA256SUMS of those files. The version is Cargo.toml's.
+# configs with their defaults), README.md, docs/ (the pages it links to),
+# CHANGELOG.md, LICENSE when there is one, and SHA256SUMS of those files. The version is Cargo.toml's.
 #
 # Reproducible from the same .so: files sorted by name, owner and group 0,
 # fixed modes, every mtime set to SOURCE_DATE_EPOCH (default: the last
@@ -53,6 +53,10 @@ mkdir -p "$stage"
 chmod 0755 "$stage"
 install -m 0755 "$so" "$stage/libvalkey_ratelimit.so"
 install -m 0644 packaging/valkey-ratelimit.conf README.md CHANGELOG.md "$stage/"
+# The pages the README links to.
+mkdir -p "$stage/docs"
+chmod 0755 "$stage/docs"
+install -m 0644 docs/*.md docs/*.png "$stage/docs/"
 for f in LICENSE LICENSE.md LICENSE.txt LICENSE-* COPYING; do
   if [ -f "$f" ]; then install -m 0644 "$f" "$stage/"; fi
 done
@@ -102,7 +106,8 @@ installed="/usr/lib/valkey/modules/libvalkey_ratelimit.so"
 grep -q "^loadmodule $installed\$" "$snippet" || fail "the snippet has no active 'loadmodule $installed' line"
 # The defaults the snippet documents: "# ratelimit.<name> <value>" lines.
 defaults="$(sed -n 's/^# \(ratelimit\.[a-z-]*\) \([^ ]*\)$/\1 \2/p' "$snippet" | LC_ALL=C sort)"
-[ "$(wc -l <<<"$defaults")" -eq 3 ] || fail "expected 3 commented module configs in the snippet, found: $defaults"
+# (Every config the server has must be there: compared with CONFIG GET below.)
+[ -n "$defaults" ] || fail "no commented module configs in the snippet"
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||

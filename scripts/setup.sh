@@ -25,6 +25,11 @@ server_bin() {
 
 need_valkey() { [ -z "$(server_bin)" ]; }
 
+# Redis 7 stands in for a server older than Valkey 8.0 in tests/release.rs
+# (the module must refuse it with a reason, not crash it).
+# Installed only where apt-get is; elsewhere the test skips that check.
+need_redis() { command -v apt-get >/dev/null 2>&1 && ! command -v redis-server >/dev/null 2>&1; }
+
 # libfaketime: the clock tests run servers on a shifted clock.
 LIBFAKETIME=/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 need_faketime() { [ ! -e "$LIBFAKETIME" ] && [ "$(uname -m)" = x86_64 ]; }
@@ -37,7 +42,7 @@ valgrind_packages() {
 }
 need_valgrind() { [ -n "$(valgrind_packages)" ]; }
 
-if ! need_libclang && ! need_valkey && ! need_valgrind && ! need_faketime; then
+if ! need_libclang && ! need_valkey && ! need_valgrind && ! need_faketime && ! need_redis; then
   exit 0
 fi
 
@@ -55,10 +60,12 @@ export DEBIAN_FRONTEND=noninteractive
 
 . /etc/os-release
 if need_valkey && [ "${VERSION_CODENAME:-}" = bookworm ]; then
-  if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    say "adding Debian bookworm-backports to apt sources (valkey-server lives there on Debian 12)"
-    echo "deb http://deb.debian.org/debian bookworm-backports main" |
-      $SUDO tee /etc/apt/sources.list.d/bookworm-backports.list >/dev/null
+  # valkey-server lives in bookworm-backports on Debian 12; an entry in either
+  # format (one-line or deb822) is used as it is (scripts/apt-sources.sh).
+  # shellcheck source=scripts/apt-sources.sh
+  . "$(dirname "$0")/apt-sources.sh"
+  if ! apt_has_source deb http://deb.debian.org/debian bookworm-backports main; then
+    apt_ensure_source deb http://deb.debian.org/debian bookworm-backports main bookworm-backports
   fi
 fi
 
@@ -78,6 +85,11 @@ if need_valkey; then
   fi
   # The package starts a system service on 6379; our tests and `make run` start their own.
   if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now valkey-server >/dev/null 2>&1 || true; fi
+fi
+if need_redis; then
+  say "installing redis-server (tests/release.rs: a server the module must refuse)"
+  $SUDO apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+  if command -v systemctl >/dev/null 2>&1; then $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
 fi
 if need_faketime; then
   say "installing faketime (libfaketime, for the clock tests)"

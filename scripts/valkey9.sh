@@ -8,8 +8,8 @@
 #
 # Usage: VALKEY_SERVER=$(bash scripts/valkey9.sh) cargo test --release
 #
-# Steps on first use (Debian/Ubuntu, root or sudo): a deb-src line for sid in
-# its own apt sources file, apt-get update, apt-get source valkey/sid in a temp
+# Steps on first use (Debian/Ubuntu, root or sudo): a deb-src entry for sid in
+# its own apt sources file unless one is configured (scripts/apt-sources.sh), apt-get update, apt-get source valkey/sid in a temp
 # dir under the cache dir, make $VALKEY9_MAKE_FLAGS (default BUILD_TLS=no), copy
 # valkey-server and valkey-cli into the cache dir. About 3-5 minutes on 2 cores.
 #
@@ -75,11 +75,12 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 
-SRC_LIST=/etc/apt/sources.list.d/valkey-ratelimit-sid-src.list
-if ! grep -qs '^deb-src .* sid main' "$SRC_LIST"; then
-  say "adding $SRC_LIST (deb-src for Debian unstable, source packages only)"
-  echo "deb-src http://deb.debian.org/debian sid main" | $SUDO tee "$SRC_LIST" >/dev/null
-fi
+# deb-src for Debian unstable (source packages only), unless an entry in
+# either format provides it already (scripts/apt-sources.sh).
+# shellcheck source=scripts/apt-sources.sh
+. "$(dirname "$0")/apt-sources.sh"
+apt_ensure_source deb-src http://deb.debian.org/debian sid main valkey-ratelimit-sid-src ||
+  die "cannot add deb-src for sid (see above)"
 say "apt-get update"
 $SUDO apt-get update -qq >&2
 

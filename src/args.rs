@@ -128,12 +128,32 @@ impl Options {
     }
 }
 
+/// The options a single-limiter command takes (after its own flag).
+const LIMITER_OPTIONS: &[&str] = &["COST", "DRYRUN", "PARTIAL", "LOCKOUT", "BRIEF", "BLOCK"];
+/// RL.ALL's: no BLOCK (waiting is for one limiter).
+const ALL_OPTIONS: &[&str] = &["COST", "DRYRUN", "PARTIAL", "LOCKOUT", "BRIEF"];
+/// RL.LEASE's.
+const LEASE_OPTIONS: &[&str] = &["COST", "DRYRUN", "BLOCK"];
+
+/// "A, B or C": the options an unknown option's error offers.
+fn one_of(flag: Option<&str>, takes: &[&str]) -> String {
+    let names: Vec<&str> = flag.into_iter().chain(takes.iter().copied()).collect();
+    match names.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
+
 /// Parses the options from `first` on; `flag` is the command's own flag
-/// (SLIDING, COUNTDENIED), if it has one.
+/// (SLIDING, COUNTDENIED), if it has one; `takes` the options the command
+/// takes, which an unknown option's error lists. An option of another
+/// command is parsed all the same, for the caller to refuse with its reason.
 fn options(
     args: &(impl Args + ?Sized),
     first: usize,
     flag: Option<&str>,
+    takes: &[&str],
 ) -> Result<Options, ArgError> {
     let mut options = Options {
         cost: 1,
@@ -205,13 +225,10 @@ fn options(
             }
             options.flag = true;
         } else {
-            let known = match flag {
-                Some(f) => format!("{f}, COST, DRYRUN, PARTIAL, LOCKOUT, BRIEF or BLOCK"),
-                None => "COST, DRYRUN, PARTIAL, LOCKOUT, BRIEF or BLOCK".to_string(),
-            };
             return Err(ArgError(format!(
-                "ERR unknown option '{}' (expected {known})",
-                quoted(word)
+                "ERR unknown option '{}' (expected {})",
+                quoted(word),
+                one_of(flag, takes)
             )));
         }
         i += 1;
@@ -255,7 +272,7 @@ pub fn token_bucket(args: &(impl Args + ?Sized)) -> Result<(TokenBucketParams, O
         refill_amount: count(args.get(1), "refill_amount")?,
         refill_period: duration(args.get(2), "refill_period")?,
     };
-    Ok((params, options(args, 3, None)?))
+    Ok((params, options(args, 3, None, LIMITER_OPTIONS)?))
 }
 
 /// `limit period [SLIDING] [COST n] [DRYRUN]`, or a calendar window:
@@ -273,13 +290,13 @@ pub fn window(args: &(impl Args + ?Sized)) -> Result<(Policy, Options), ArgError
             return Err(sliding_calendar());
         }
         let policy = Policy::Calendar(CalendarParams { limit, calendar });
-        return Ok((policy, options(args, 1 + used, None)?));
+        return Ok((policy, options(args, 1 + used, None, LIMITER_OPTIONS)?));
     }
     let params = WindowParams {
         limit,
         period: duration(args.get(1), "period")?,
     };
-    let options = options(args, 2, Some("SLIDING"))?;
+    let options = options(args, 2, Some("SLIDING"), LIMITER_OPTIONS)?;
     let sliding = options.flag;
     Ok((Policy::Window { params, sliding }, options))
 }
@@ -302,7 +319,7 @@ pub fn sliding_log(args: &(impl Args + ?Sized)) -> Result<(LogParams, Options), 
         limit: count(args.get(0), "limit")?,
         period: duration(args.get(1), "period")?,
     };
-    let options = options(args, 2, Some("COUNTDENIED"))?;
+    let options = options(args, 2, Some("COUNTDENIED"), LIMITER_OPTIONS)?;
     if options.flag && options.block.is_some() {
         return Err(block_with_count_denied());
     }
@@ -322,18 +339,10 @@ pub fn lease(args: &(impl Args + ?Sized)) -> Result<(LeaseParams, Options), ArgE
             .ok_or_else(|| must_be("limit", LEASE_LIMIT_RANGE))?,
         ttl: duration(args.get(1), "ttl")?,
     };
-    // The shared option parser names every option and the largest COST;
-    // a lease takes fewer of both.
-    let options = options(args, 2, None).map_err(|ArgError(message)| {
-        ArgError(
-            message
-                .replace(
-                    "(expected COST, DRYRUN, PARTIAL, LOCKOUT, BRIEF or BLOCK)",
-                    "(expected COST, DRYRUN or BLOCK)",
-                )
-                .replace(COST_RANGE, LEASE_COST_RANGE),
-        )
-    })?;
+    // The shared option parser names the largest COST of the other
+    // commands; a lease takes less.
+    let options = options(args, 2, None, LEASE_OPTIONS)
+        .map_err(|ArgError(message)| ArgError(message.replace(COST_RANGE, LEASE_COST_RANGE)))?;
     if options.partial || options.lockout.is_some() || options.brief {
         return Err(ArgError(
             "ERR RL.LEASE takes only COST, DRYRUN and BLOCK (PARTIAL, LOCKOUT and BRIEF do not apply to leases)"
@@ -379,7 +388,10 @@ pub fn gcra(args: &(impl Args + ?Sized)) -> Result<(GcraParams, Options), ArgErr
         period: duration(args.get(2), "period")?,
         interval: Interval::RoundUp,
     };
-    Ok((gcra_params(params, "burst")?, options(args, 3, None)?))
+    Ok((
+        gcra_params(params, "burst")?,
+        options(args, 3, None, LIMITER_OPTIONS)?,
+    ))
 }
 
 /// `max_burst count_per_period period [quantity]`, redis-cell's arguments
@@ -544,7 +556,7 @@ pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<Policy, ArgError
 /// The options of `RL.LIMIT key policy [options]`, for `policy`: those of
 /// the algorithm's own command.
 pub fn limit_options(args: &(impl Args + ?Sized), policy: &Policy) -> Result<Options, ArgError> {
-    let options = options(args, 0, None)?;
+    let options = options(args, 0, None, LIMITER_OPTIONS)?;
     if let Policy::SlidingLog {
         count_denied: true, ..
     } = policy
@@ -640,7 +652,7 @@ pub fn all(
             policies.len() + 1
         )));
     }
-    let options = options(args, i, None)?;
+    let options = options(args, i, None, ALL_OPTIONS)?;
     if options.block.is_some() {
         return Err(ArgError(
             "ERR RL.ALL does not take BLOCK (waiting is for one limiter: RL.TOKENBUCKET, RL.GCRA, RL.WINDOW, RL.SLIDINGLOG, RL.LEASE)"

@@ -13,6 +13,36 @@ use valkey_module::{valkey_module, Context, Status, ValkeyString};
 use shell::datatype::RATELIMIT_TYPE;
 use shell::{controls, denied_report};
 
+/// The release, from Cargo.toml: shown in INFO and the server log.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// "dev" between releases, "rc1".."rcN" for release candidates, "ga" once
+/// released: INFO `ratelimit_release_stage`, as the official modules say it.
+pub const RELEASE_STAGE: &str = "ga";
+
+const fn number(text: &str) -> i32 {
+    let digits = text.as_bytes();
+    let mut value = 0;
+    let mut i = 0;
+    while i < digits.len() {
+        value = value * 10 + (digits[i] - b'0') as i32;
+        i += 1;
+    }
+    value
+}
+
+const MAJOR: i32 = number(env!("CARGO_PKG_VERSION_MAJOR"));
+const MINOR: i32 = number(env!("CARGO_PKG_VERSION_MINOR"));
+const PATCH: i32 = number(env!("CARGO_PKG_VERSION_PATCH"));
+const _: () = assert!(
+    MINOR < 100 && PATCH < 100,
+    "MAJOR*10000+MINOR*100+PATCH needs both under 100"
+);
+
+/// MAJOR*10000 + MINOR*100 + PATCH, the official modules' scheme:
+/// `MODULE LIST` shows it as `ver` (1.0.0 is 10000).
+pub const MODULE_VERSION: i32 = MAJOR * 10000 + MINOR * 100 + PATCH;
+
 // Inside the server every allocation goes through Valkey's allocator (so
 // MEMORY USAGE and used_memory see it); unit tests run without a server.
 #[cfg(not(test))]
@@ -36,8 +66,14 @@ fn load_options(ctx: &Context, args: &[ValkeyString]) -> Option<shell::register:
 }
 
 /// Runs before the data type and the configs are created: a refused load
-/// then leaves nothing of them behind (found by make memcheck).
+/// then leaves nothing of them behind (found by make memcheck). A server
+/// this module does not support is refused first, saying why.
 fn preload(ctx: &Context, args: &[ValkeyString]) -> Status {
+    let (name, version) = shell::register::server_identity(ctx.ctx);
+    if let Err(why) = shell::register::supported(&name, &version) {
+        ctx.log_warning(&format!("ratelimit {VERSION}: {why}"));
+        return Status::Err;
+    }
     match load_options(ctx, args) {
         Some(_) => Status::Ok,
         None => Status::Err,
@@ -66,7 +102,7 @@ fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
 
 valkey_module! {
     name: "ratelimit",
-    version: 100,
+    version: MODULE_VERSION,
     allocator: (Allocator, ALLOCATOR),
     data_types: [RATELIMIT_TYPE],
     preload: preload,

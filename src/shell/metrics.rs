@@ -117,7 +117,15 @@ pub fn record_unblock(timed_out: bool) {
 #[info_command_handler]
 fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
     let get = |c: &AtomicU64| c.load(Ordering::Relaxed).to_string();
-    let mut section = ctx.builder().add_section("stats");
+    // `# ratelimit_module`: which release is loaded.
+    let builder = ctx
+        .builder()
+        .add_section("module")
+        .field("version", crate::VERSION.to_string())?
+        .field("ver", crate::MODULE_VERSION.to_string())?
+        .field("release_stage", crate::RELEASE_STAGE.to_string())?
+        .build_section()?;
+    let mut section = builder.add_section("stats");
     for (name, algorithm) in [
         ("tokenbucket", Algorithm::TokenBucket),
         ("window", Algorithm::FixedWindow),

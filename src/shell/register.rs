@@ -23,6 +23,9 @@ struct Spec {
     arity: c_int,
     summary: &'static CStr,
     complexity: &'static CStr,
+    /// The release that added the command (`COMMAND DOCS` since, the
+    /// command files' module_since).
+    since: &'static CStr,
     acl_categories: Option<&'static CStr>,
     /// Key spec flags of the keys.
     key_flags: u32,
@@ -203,6 +206,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -5,
         summary: c"Takes COST tokens from a token bucket of `capacity` refilled at `refill_amount` per `refill_period`, if that many are there.",
         complexity: c"O(1)",
+        since: SINCE_0_1_0,
         acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -215,6 +219,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -4,
         summary: c"Counts COST in a fixed window (or, with SLIDING, a sliding window counter) of `period`, or in the calendar's day, week, month or year (TZ, ANCHOR), if it stays within `limit`.",
         complexity: c"O(1)",
+        since: SINCE_0_1_0,
         acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -227,6 +232,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -4,
         summary: c"Logs COST in an exact sliding log of `period`, if the cost logged in the last `period` stays within `limit`.",
         complexity: c"O(1) amortized. A denied request also walks the oldest entries that must expire before it fits.",
+        since: SINCE_0_1_0,
         acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -239,6 +245,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -5,
         summary: c"GCRA: admits COST requests when they fit in a burst of `burst` on a schedule of `rate` per `period`.",
         complexity: c"O(1)",
+        since: SINCE_0_1_0,
         acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -251,6 +258,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -3,
         summary: c"Applies the stored policy `policy` (RL.POLICY.SET) to the key: the same as calling its algorithm's command with its parameters.",
         complexity: c"O(1), as the policy's command.",
+        since: SINCE_1_0_0,
         acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -263,6 +271,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -5,
         summary: c"Defines or replaces a named policy (an algorithm and its parameters) on this node; replicated and persisted. Every key limited by it follows the change at its next call.",
         complexity: c"O(log N) for N policies.",
+        since: SINCE_1_0_0,
         // Not @ratelimit: an application allowed to use limits may not set them.
         acl_categories: Some(c"write"),
         key_flags: 0,
@@ -276,6 +285,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 2,
         summary: c"Returns a policy's definition as it was given, or nil.",
         complexity: c"O(log N) for N policies.",
+        since: SINCE_1_0_0,
         acl_categories: Some(c"read fast ratelimit"),
         key_flags: 0,
         keys: Keys::Keyless,
@@ -288,6 +298,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -2,
         summary: c"Deletes policies; replies how many existed. Keys keep their state.",
         complexity: c"O(M log N) for M names and N policies.",
+        since: SINCE_1_0_0,
         acl_categories: Some(c"write"),
         key_flags: 0,
         keys: Keys::Keyless,
@@ -300,6 +311,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 1,
         summary: c"Returns the names of the policies on this node, sorted.",
         complexity: c"O(N) for N policies.",
+        since: SINCE_1_0_0,
         acl_categories: Some(c"read ratelimit"),
         key_flags: 0,
         keys: Keys::Keyless,
@@ -315,6 +327,7 @@ static COMMANDS: [Spec; 21] = [
         acl_categories: Some(c"read ratelimit"),
         key_flags: 0,
         keys: Keys::Keyless,
+        since: c"1.0.0",
         args: docs::POLICY_NAMES_OPTIONAL,
     },
     Spec {
@@ -327,6 +340,7 @@ static COMMANDS: [Spec; 21] = [
         acl_categories: None,
         key_flags: 0,
         keys: Keys::Keyless,
+        since: c"1.0.0",
         args: docs::POLICY_NAMES_OPTIONAL,
     },
     Spec {
@@ -339,6 +353,7 @@ static COMMANDS: [Spec; 21] = [
         acl_categories: Some(c"read ratelimit"),
         key_flags: 0,
         keys: Keys::Keyless,
+        since: c"1.0.0",
         args: docs::TOP_DENIED,
     },
     Spec {
@@ -348,6 +363,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -5,
         summary: c"GCRA with redis-cell's arguments (limit = max_burst + 1) and the standard reply; the same limiter as RL.GCRA.",
         complexity: c"O(1)",
+        since: SINCE_0_1_0,
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -360,6 +376,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -5,
         summary: c"Applies one request to several limiters (one per key, any algorithms), consuming from all of them only when every one allows it.",
         complexity: c"O(N) for N limiters, each as its own command.",
+        since: SINCE_0_1_0,
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::Counted,
@@ -372,6 +389,7 @@ static COMMANDS: [Spec; 21] = [
         arity: -4,
         summary: c"Takes COST of `limit` slots for `ttl`, if that many are free: replies a lease id to release or extend it by. An unreleased lease frees its slots when its ttl passes.",
         complexity: c"O(N) for N leases held.",
+        since: SINCE_1_0_0,
         acl_categories: Some(BLOCKING_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -384,6 +402,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 3,
         summary: c"Gives a lease's slots back now. Replies 1 when the lease was held, 0 when not (released already, expired, or never granted).",
         complexity: c"O(N) for N leases held.",
+        since: SINCE_1_0_0,
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -396,6 +415,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 4,
         summary: c"Keeps a lease until now + ttl (a heartbeat). Replies 1 when the lease was held, 0 when not (an expired lease is not revived).",
         complexity: c"O(N) for N leases held.",
+        since: SINCE_1_0_0,
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -408,6 +428,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 3,
         summary: c"Gives back up to `amount` units to a limiter (tokens, the current window's count, the newest logged cost, GCRA time).",
         complexity: c"O(1), or O(N) for a sliding log of N entries.",
+        since: SINCE_0_1_0,
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -420,6 +441,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 2,
         summary: c"Ends a lockout (LOCKOUT) now, keeping the limiter's counts. Replies 1 when a lock was lifted.",
         complexity: c"O(1), or O(N) for a sliding log of N entries.",
+        since: SINCE_0_1_0,
         acl_categories: Some(LIMITER_CATEGORIES),
         key_flags: KEY_UPDATE,
         keys: Keys::First,
@@ -432,6 +454,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 2,
         summary: c"Returns a limiter's state under its own parameters without changing it; runs on replicas. Nil when the key holds no limiter.",
         complexity: c"O(1), or O(N) for a sliding log whose N oldest entries have expired.",
+        since: SINCE_0_1_0,
         acl_categories: Some(c"read fast ratelimit"),
         key_flags: KEY_READ,
         keys: Keys::First,
@@ -445,6 +468,7 @@ static COMMANDS: [Spec; 21] = [
         arity: 3,
         summary: c"Internal: applies a limiter change propagated by the RL commands (replication and AOF).",
         complexity: c"O(1), or O(N) for a whole sliding log of N entries (AOF rewrite).",
+        since: SINCE_0_1_0,
         acl_categories: None,
         key_flags: KEY_APPLY,
         keys: Keys::First,
@@ -459,7 +483,9 @@ static INFO_VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleComman
     sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
 };
 
-pub const SINCE: &CStr = c"0.1.0";
+/// The releases that added commands.
+const SINCE_0_1_0: &CStr = c"0.1.0";
+const SINCE_1_0_0: &CStr = c"1.0.0";
 
 /// redis-cell's command name, registered unless switched off or taken.
 static CL_THROTTLE: Spec = Spec {
@@ -469,11 +495,65 @@ static CL_THROTTLE: Spec = Spec {
     arity: -5,
     summary: c"redis-cell compatible GCRA: replies [limited, limit, remaining, retry_after_s, reset_after_s] as redis-cell does.",
     complexity: c"O(1)",
+    since: SINCE_0_1_0,
     acl_categories: Some(LIMITER_CATEGORIES),
     key_flags: KEY_UPDATE,
     keys: Keys::First,
         args: docs::THROTTLE,
 };
+
+/// The oldest server this module supports: Valkey 8.0 (module configs,
+/// `AddACLCategory`, the key spec and command info APIs it relies on).
+pub const OLDEST_VALKEY: (u32, u32) = (8, 0);
+
+/// Whether a server that calls itself `name` at `version` ("8.0.1") is one
+/// this module supports; Err says why not, for the server log.
+pub fn supported(name: &str, version: &str) -> Result<(), String> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let (major, minor) = match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => (major, minor),
+        _ => return Err(format!("cannot read the server's version '{version}'")),
+    };
+    let (oldest_major, oldest_minor) = OLDEST_VALKEY;
+    if name != "valkey" {
+        return Err(format!(
+            "this is {name} {version}, not Valkey: the module supports Valkey {oldest_major}.{oldest_minor} and newer; not loading"
+        ));
+    }
+    if (major, minor) < OLDEST_VALKEY {
+        return Err(format!(
+            "Valkey {version} is older than Valkey {oldest_major}.{oldest_minor}, the oldest this module supports; not loading"
+        ));
+    }
+    Ok(())
+}
+
+/// The server's name and version from INFO server: `valkey_version` (from
+/// 8.0; it keeps `redis_version` at 7.2.4), else `redis_version` and
+/// `server_name` (Valkey 7.2 says valkey; Redis has none).
+pub fn server_identity(ctx: Ctx) -> (String, String) {
+    // SAFETY: called from OnLoad with its context; the info object is freed
+    // here and the field strings are copied before that.
+    unsafe {
+        let info = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"server".as_ptr());
+        if info.is_null() {
+            return ("unknown".into(), String::new());
+        }
+        let field = |name: &CStr| -> Option<String> {
+            let value = raw::RedisModule_ServerInfoGetFieldC.unwrap()(info, name.as_ptr());
+            (!value.is_null()).then(|| CStr::from_ptr(value).to_string_lossy().into_owned())
+        };
+        let valkey = field(c"valkey_version");
+        let redis = field(c"redis_version");
+        let name = field(c"server_name");
+        raw::RedisModule_FreeServerInfo.unwrap()(ctx, info);
+        match (valkey, name) {
+            (Some(version), _) => ("valkey".into(), version),
+            (None, Some(name)) => (name, redis.unwrap_or_default()),
+            (None, None) => ("Redis".into(), redis.unwrap_or_default()),
+        }
+    }
+}
 
 /// Load-time choices (module arguments).
 pub struct LoadOptions {
@@ -581,7 +661,7 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
             version: &INFO_VERSION,
             summary: spec.summary.as_ptr(),
             complexity: spec.complexity.as_ptr(),
-            since: SINCE.as_ptr(),
+            since: spec.since.as_ptr(),
             history: std::ptr::null_mut(),
             tips: c"nondeterministic_output".as_ptr(),
             arity: spec.arity,
@@ -600,4 +680,24 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::supported;
+
+    #[test]
+    fn valkey_8_0_and_newer_load_older_servers_and_redis_do_not() {
+        for ok in ["8.0.0", "8.0.1", "8.1.4", "9.1.2", "10.0.0"] {
+            assert_eq!(supported("valkey", ok), Ok(()), "{ok}");
+        }
+        let e = supported("valkey", "7.2.4").unwrap_err();
+        assert!(
+            e.starts_with("Valkey 7.2.4 is older than Valkey 8.0"),
+            "{e}"
+        );
+        let e = supported("Redis", "7.0.15").unwrap_err();
+        assert!(e.starts_with("this is Redis 7.0.15, not Valkey"), "{e}");
+        assert!(supported("valkey", "garbage").is_err());
+    }
 }

@@ -4,6 +4,14 @@
 //! Environment:
 //! - `VALKEY_SERVER`: the server binary (default `/usr/bin/valkey-server`).
 //! - `RL_MODULE`: the module (default `<crate>/target/release/libvalkey_ratelimit.so`).
+//! - `RL_TEST_SERVER`: `[host:]port` of a running server with the module
+//!   loaded (a container, a packaged install): tests then run against it, one
+//!   at a time, each after a `FLUSHALL`, a reset of the module's policies and
+//!   configs and the removal of ACL users other than `default`, as
+//!   valkey-bundle runs a module's tests. A test that needs a server of its
+//!   own (other arguments, a restart, a replica, the log) stops at once with
+//!   [`NEEDS_OWN_SERVER`] in its message; scripts/test-external.sh counts those
+//!   as skipped. See docs/testing.md.
 //!
 //! Every helper panics with context on an unexpected reply, so a test reads as
 //! a list of expectations. Commands are given as `argv![...]` (anything
@@ -12,11 +20,13 @@
 #![allow(dead_code)]
 
 use redis::{Connection, ConnectionLike, Value};
+use std::cell::Cell;
 use std::fs;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -49,6 +59,46 @@ pub fn module_path() -> PathBuf {
         )),
     }
 }
+
+/// In a test's panic message: it needs a server of its own, so it cannot run
+/// against `RL_TEST_SERVER` (scripts/test-external.sh counts it as skipped).
+pub const NEEDS_OWN_SERVER: &str = "RL_TEST_SERVER: this test needs a server of its own";
+
+/// `RL_TEST_SERVER` as (host, port).
+pub fn external_server() -> Option<(String, u16)> {
+    let text = std::env::var("RL_TEST_SERVER")
+        .ok()
+        .filter(|t| !t.is_empty())?;
+    let (host, port) = match text.rsplit_once(':') {
+        Some((host, port)) => (host.to_string(), port),
+        None => ("127.0.0.1".to_string(), text.as_str()),
+    };
+    let port = port
+        .parse()
+        .unwrap_or_else(|_| panic!("RL_TEST_SERVER must be [host:]port, not {text:?}"));
+    Some((host, port))
+}
+
+/// Stops a test that cannot run against `RL_TEST_SERVER`.
+pub fn needs_own_server(why: &str) {
+    if external_server().is_some() {
+        panic!("{NEEDS_OWN_SERVER} ({why})");
+    }
+}
+
+/// One test at a time on the external server.
+static EXTERNAL: Mutex<()> = Mutex::new(());
+thread_local! {
+    static HOLDS_EXTERNAL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The module's configs at their defaults, as a fresh server has them.
+const CONFIG_DEFAULTS: &[(&str, &str)] = &[
+    ("ratelimit.max-limiters", "16"),
+    ("ratelimit.events", "no"),
+    ("ratelimit.shadow-mode", "no"),
+    ("ratelimit.always-propagate", "no"),
+];
 
 /// A directory under the system temp dir, removed on drop.
 pub struct TempDir {
@@ -107,6 +157,9 @@ enum StartError {
 
 pub struct Server {
     pub port: u16,
+    host: String,
+    /// Held while a test uses the `RL_TEST_SERVER` server (None: ours).
+    external: Option<MutexGuard<'static, ()>>,
     /// Arguments placed before the module's `--loadmodule` (another module
     /// that must load first, say).
     first: Vec<String>,
@@ -118,9 +171,53 @@ pub struct Server {
 }
 
 impl Server {
-    /// A server with the module and the default arguments.
+    /// A server with the module and the default arguments: the
+    /// `RL_TEST_SERVER` one when that is set.
     pub fn start() -> Server {
-        Server::start_with(&[])
+        match external_server() {
+            Some((host, port)) => Server::external(host, port),
+            None => Server::start_with(&[]),
+        }
+    }
+
+    /// The running server at host:port, emptied and reset for this test.
+    fn external(host: String, port: u16) -> Server {
+        if HOLDS_EXTERNAL.with(Cell::get) {
+            panic!("{NEEDS_OWN_SERVER} (a second server)");
+        }
+        let guard = EXTERNAL
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        HOLDS_EXTERNAL.with(|h| h.set(true));
+        let server = Server {
+            port,
+            host,
+            external: Some(guard),
+            first: Vec::new(),
+            extra: Vec::new(),
+            child: None,
+            log: PathBuf::new(),
+            dir: TempDir {
+                path: PathBuf::new(),
+            },
+        };
+        let mut con = server.conn();
+        q(&mut con, &argv!["FLUSHALL"]);
+        for name in array(&q(&mut con, &argv!["RL.POLICY.LIST"])).to_vec() {
+            q(&mut con, &argv!["RL.POLICY.DEL", string(&name)]);
+        }
+        for user in array(&q(&mut con, &argv!["ACL", "USERS"])).to_vec() {
+            let user = string(&user);
+            if user != "default" {
+                q(&mut con, &argv!["ACL", "DELUSER", user]);
+            }
+        }
+        for (name, value) in CONFIG_DEFAULTS {
+            q(&mut con, &argv!["CONFIG", "SET", name, value]);
+        }
+        let now = counters(&string(&q(&mut con, &argv!["INFO", "ratelimit"])));
+        *COUNTERS_AT_START.lock().unwrap_or_else(|p| p.into_inner()) = now;
+        server
     }
 
     /// A server with extra command-line arguments (they come last, so they
@@ -132,6 +229,7 @@ impl Server {
     /// As [`Server::start_with`], with `first` before the module's
     /// `--loadmodule` (e.g. `["--loadmodule", "/path/libredis_cell.so"]`).
     pub fn start_with_first(first: &[&str], extra: &[&str]) -> Server {
+        needs_own_server("a server with other arguments");
         let module = module_path();
         assert!(
             module.exists(),
@@ -145,6 +243,8 @@ impl Server {
             let port = free_port();
             let mut server = Server {
                 port,
+                host: "127.0.0.1".to_string(),
+                external: None,
                 first: first.iter().map(|s| s.to_string()).collect(),
                 extra: extra.clone(),
                 child: None,
@@ -170,15 +270,19 @@ impl Server {
     }
 
     pub fn dir(&self) -> &Path {
+        needs_own_server("the server's directory");
         &self.dir.path
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
+        if self.external.is_some() {
+            return "(RL_TEST_SERVER: its log is not ours to read)".to_string();
+        }
         tail(&self.log, lines)
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        format!("redis://{}:{}/", self.host, self.port)
     }
 
     fn args(&self) -> Vec<String> {
@@ -282,14 +386,14 @@ impl Server {
 
     /// A RESP3 connection (the client sends `HELLO 3`).
     pub fn conn_resp3(&self) -> Connection {
-        let url = format!("redis://127.0.0.1:{}/?protocol=resp3", self.port);
+        let url = format!("redis://{}:{}/?protocol=resp3", self.host, self.port);
         self.try_conn(&url)
             .unwrap_or_else(|e| panic!("connect to {url}: {e}\n{}", self.log_tail(20)))
     }
 
     /// A connection authenticated as `user` (any password works for `nopass` users).
     pub fn conn_as(&self, user: &str, password: &str) -> Connection {
-        let url = format!("redis://{user}:{password}@127.0.0.1:{}/", self.port);
+        let url = format!("redis://{user}:{password}@{}:{}/", self.host, self.port);
         self.try_conn(&url)
             .unwrap_or_else(|e| panic!("connect as {user}: {e}\n{}", self.log_tail(20)))
     }
@@ -316,6 +420,7 @@ impl Server {
 
     /// Shuts the server down and waits for the process to exit.
     pub fn stop(&mut self, how: Shutdown) {
+        needs_own_server("a restart or shutdown");
         let word = match how {
             Shutdown::Save => "SAVE",
             Shutdown::NoSave => "NOSAVE",
@@ -345,6 +450,11 @@ impl Server {
 
     /// Whether the process is still running.
     pub fn is_alive(&mut self) -> bool {
+        if self.external.is_some() {
+            return self
+                .try_conn(&self.url())
+                .is_ok_and(|mut con| con.req_command(&redis::cmd("PING")).is_ok());
+        }
         match self.child.as_mut() {
             Some(child) => matches!(child.try_wait(), Ok(None)),
             None => false,
@@ -373,6 +483,10 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.external.take().is_some() {
+            HOLDS_EXTERNAL.with(|h| h.set(false));
+            return;
+        }
         if std::thread::panicking() {
             eprintln!(
                 "---- valkey-server (port {}) log tail ----\n{}\n----",
@@ -394,6 +508,7 @@ pub const QUIET_PRIMARY: &[&str] = &["--repl-ping-replica-period", "3600"];
 /// Starts a replica of `primary`, waits for the link to be up and for the
 /// replica to have caught up.
 pub fn start_replica(primary: &Server) -> Server {
+    needs_own_server("a replica");
     let port = primary.port.to_string();
     let replica =
         Server::start_with(&["--replicaof", "127.0.0.1", &port, "--repl-timeout", "3600"]);
@@ -453,6 +568,7 @@ pub fn sync_replica(primary: &Server, replica: &Server) {
 // Commands and replies
 
 pub fn to_cmd(argv: &[String]) -> redis::Cmd {
+    guard_external(argv);
     let mut cmd = redis::cmd(&argv[0]);
     for arg in &argv[1..] {
         cmd.arg(arg.as_str());
@@ -497,7 +613,36 @@ pub fn try_q(con: &mut Connection, argv: &[String]) -> Result<Value, String> {
 
 /// The reply; panics on an error reply.
 pub fn q(con: &mut Connection, argv: &[String]) -> Value {
-    try_q(con, argv).unwrap_or_else(|e| panic!("{argv:?} failed: {e}"))
+    try_q(con, argv).unwrap_or_else(|e| {
+        skip_without_debug(&e);
+        panic!("{argv:?} failed: {e}")
+    })
+}
+
+/// On the `RL_TEST_SERVER` server, a test may change the module's configs
+/// (reset before each test) but not the server's, nor its role.
+fn guard_external(argv: &[String]) {
+    if argv.is_empty() || external_server().is_none() {
+        return;
+    }
+    let word = |i: usize| {
+        argv.get(i)
+            .map(|w| w.to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    if word(0) == "config" && word(1) == "set" && !word(2).starts_with("ratelimit.") {
+        needs_own_server(&format!("CONFIG SET {}", word(2)));
+    }
+    if ["replicaof", "slaveof", "failover", "shutdown"].contains(&word(0).as_str()) {
+        needs_own_server(&word(0));
+    }
+}
+
+/// A test that needs DEBUG, on an external server that refuses it.
+fn skip_without_debug(error: &str) {
+    if error.contains("DEBUG command not allowed") {
+        needs_own_server("DEBUG is off on this server: enable-debug-command local");
+    }
 }
 
 /// The error text; panics when the command succeeds.
@@ -646,6 +791,7 @@ pub fn exec(con: &mut Connection, cmds: &[Vec<String>]) -> Vec<Value> {
             Value::SimpleString(s) if s == "QUEUED" => {}
             other => {
                 let _ = raw(con, &argv!["DISCARD"]);
+                skip_without_debug(&format!("{other:?}"));
                 panic!("{cmd:?} was not queued: {other:?}");
             }
         }
@@ -715,7 +861,47 @@ pub fn avoid_boundary(con: &mut Connection, period_ms: i64, margin_ms: i64) {
 // INFO and key state
 
 pub fn info(con: &mut Connection, section: &str) -> String {
-    string(&q(con, &argv!["INFO", section]))
+    let text = string(&q(con, &argv!["INFO", section]));
+    if external_server().is_some() && section.starts_with("ratelimit") {
+        return since_test_start(&text);
+    }
+    text
+}
+
+/// The module's counters when the test began on the `RL_TEST_SERVER` server,
+/// which has counted other tests' calls before: a test sees its own.
+static COUNTERS_AT_START: Mutex<Vec<(String, i64)>> = Mutex::new(Vec::new());
+/// Gauges: what they are now, not a count.
+const GAUGES: &[&str] = &[
+    "ratelimit_blocked_clients",
+    "ratelimit_propagating",
+    "ratelimit_ver",
+];
+
+fn counters(text: &str) -> Vec<(String, i64)> {
+    text.lines()
+        .filter_map(|line| {
+            let (name, value) = line.trim_end().split_once(':')?;
+            let counter = name.starts_with("ratelimit_") && !GAUGES.contains(&name);
+            Some((name.to_string(), value.parse().ok().filter(|_| counter)?))
+        })
+        .collect()
+}
+
+fn since_test_start(text: &str) -> String {
+    let start = COUNTERS_AT_START.lock().unwrap_or_else(|p| p.into_inner());
+    let adjust = |line: &str| -> Option<String> {
+        let (name, value) = line.split_once(':')?;
+        let (_, base) = start.iter().find(|(n, _)| n == name)?;
+        Some(format!(
+            "{name}:{}",
+            value.trim_end().parse::<i64>().ok()? - base
+        ))
+    };
+    text.lines()
+        .map(|line| adjust(line).unwrap_or_else(|| line.to_string()))
+        .collect::<Vec<_>>()
+        .join("\r\n")
 }
 
 /// `name:value` from INFO text.
@@ -1007,6 +1193,7 @@ pub fn wait_for_rewrite(con: &mut Connection) {
 // Valkey Cluster (six nodes): see cluster.rs.
 
 pub mod cluster;
+pub mod json;
 
 // ---------------------------------------------------------------------------
 // Servers run another way: another binary, extra environment (libfaketime,
@@ -1017,11 +1204,14 @@ impl Server {
     /// environment. Only this start uses them: a later `restart` runs
     /// [`server_binary`] with the test's own environment.
     pub fn start_with_env(binary: &str, env: &[(&str, &str)], extra: &[&str]) -> Server {
+        needs_own_server("a server run another way");
         let mut last_error = String::new();
         for _ in 0..8 {
             let dir = TempDir::new("valkey-rl-test");
             let mut server = Server {
                 port: free_port(),
+                host: "127.0.0.1".to_string(),
+                external: None,
                 first: Vec::new(),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 child: None,
