@@ -4,6 +4,7 @@
 
 pub mod codec;
 pub mod gcra;
+pub mod inspect;
 pub mod lease;
 pub mod limiter;
 #[cfg(test)]
