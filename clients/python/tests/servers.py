@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any, cast
 
 import valkey
 
@@ -39,9 +40,12 @@ class Server:
             *("--loadmodule", os.environ["RL_MODULE"]),
         ]
         if cluster:
+            # The bus port defaults to port + 10000, which may not exist.
             args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+            args += ["--cluster-port", str(free_port())]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client = valkey.Valkey("127.0.0.1", self.port)
+        # valkey-py types its command methods only partly: the client is used as Any.
+        self.client: Any = cast(Any, valkey.Valkey("127.0.0.1", self.port))
         self._wait_until_up()
         if cluster:
             self.client.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)

@@ -84,12 +84,17 @@ def period(expiry: int) -> str:
     return f"{int(expiry)}s"
 
 
+def cost(amount: int) -> tuple[Any, ...]:
+    """``COST n``, left out for the default 1: the server parses two arguments less."""
+    return () if amount == 1 else ("COST", amount)
+
+
 def moving_window_args(key: str, limit: int, expiry: int, amount: int) -> tuple[Any, ...]:
-    return ("RL.SLIDINGLOG", key, limit, period(expiry), "COST", amount, "BRIEF")
+    return ("RL.SLIDINGLOG", key, limit, period(expiry), *cost(amount), "BRIEF")
 
 
 def sliding_window_args(key: str, limit: int, expiry: int, amount: int) -> tuple[Any, ...]:
-    return ("RL.WINDOW", key, limit, period(expiry), "SLIDING", "COST", amount, "BRIEF")
+    return ("RL.WINDOW", key, limit, period(expiry), "SLIDING", *cost(amount), "BRIEF")
 
 
 def brief_allowed(reply: Any) -> bool:

@@ -1,0 +1,126 @@
+"""Hits per second through limits' strategies: its Redis storage (Lua) beside valkey-ratelimit's,
+on one valkey-server with the module, in one run; then the memory of 10,000 moving-window keys
+at their limit, filled by each storage's own commands.
+
+    RL_MODULE=target/release/libvalkey_ratelimit.so PYTHONPATH=clients/python/tests \\
+        target/clients-venv/bin/python clients/python/bench/throughput.py [--seconds 3] [--workers 4]
+
+limits' Redis storage runs on redis-py (``redis://``), ours on valkey-py
+(``valkey-ratelimit://``): each storage as a user gets it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import limits.storage
+import limits.strategies
+from limits import parse
+from servers import Server
+
+import valkey_ratelimit.limits  # noqa: F401 -- registers valkey-ratelimit://
+
+STRATEGIES = {
+    "moving window": limits.strategies.MovingWindowRateLimiter,
+    "sliding window counter": limits.strategies.SlidingWindowCounterRateLimiter,
+}
+ITEM = "100 per minute"
+#: Many keys stay under the limit; few keys are at it, where most hits are denied.
+KEY_COUNTS = {"under the limit": 1000, "at the limit": 10}
+MEMORY_KEYS, MEMORY_LIMIT = 10_000, 10
+
+
+def worker(uri: str, strategy: str, keys: int, seconds: float, seed: int) -> tuple[int, int]:
+    """Hits for ``seconds`` on random keys: (hits, allowed)."""
+    storage: Any = limits.storage.storage_from_string(uri)
+    limiter = STRATEGIES[strategy](storage)
+    item = parse(ITEM)
+    rng = random.Random(seed)
+    hits = allowed = 0
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        allowed += limiter.hit(item, f"k{rng.randrange(keys)}")
+        hits += 1
+    return hits, allowed
+
+
+def throughput(uri: str, strategy: str, keys: int, seconds: float, workers: int) -> tuple[float, float]:
+    with ProcessPoolExecutor(workers) as pool:
+        results = list(
+            pool.map(
+                worker, [uri] * workers, [strategy] * workers, [keys] * workers, [seconds] * workers, range(workers)
+            )
+        )
+    hits = sum(h for h, _ in results)
+    return hits / seconds, sum(a for _, a in results) / hits
+
+
+# valkey-py types its command methods only partly: the client is used as Any.
+def used_memory(client: Any) -> int:
+    info: dict[str, Any] = client.info("memory")
+    return int(info["used_memory"])
+
+
+def fill_ours(client: Any) -> None:
+    for _ in range(MEMORY_LIMIT):
+        pipe = client.pipeline(transaction=False)
+        for k in range(MEMORY_KEYS):
+            pipe.execute_command("RL.SLIDINGLOG", f"LIMITS:m{k}", MEMORY_LIMIT, "3600s", "BRIEF")
+        pipe.execute()
+
+
+def fill_lua(uri: str) -> None:
+    storage: Any = limits.storage.storage_from_string(uri)
+    script = storage.lua_acquire_moving_window
+    for _ in range(MEMORY_LIMIT):
+        pipe = storage.get_connection().pipeline(transaction=False)
+        for k in range(MEMORY_KEYS):
+            script(keys=[f"LIMITS:m{k}"], args=[time.time(), MEMORY_LIMIT, 3600, 1], client=pipe)
+        pipe.execute()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement (default 3)")
+    parser.add_argument("--workers", type=int, default=4, help="client processes (default 4)")
+    args = parser.parse_args()
+    with Server() as server:
+        uris = {
+            "limits RedisStorage (Lua)": f"redis://127.0.0.1:{server.port}",
+            "valkey-ratelimit": f"valkey-ratelimit://127.0.0.1:{server.port}",
+        }
+        print(f"{ITEM} on random keys, {args.workers} client processes, {args.seconds:g} s each;")
+        print(f"{server.client.info('server')['valkey_version']} with the module, one server for both\n")
+        print("| strategy | keys | storage | hits/s | allowed |\n|---|---|---|---:|---:|")
+        for strategy in STRATEGIES:
+            for label, keys in KEY_COUNTS.items():
+                for name, uri in uris.items():
+                    server.client.flushall()
+                    rate, allowed = throughput(uri, strategy, keys, args.seconds, args.workers)
+                    print(f"| {strategy} | {keys} ({label}) | {name} | {rate:,.0f} | {allowed:.0%} |", flush=True)
+
+        print(
+            f"\nMemory of {MEMORY_KEYS:,} moving-window keys at their limit ({MEMORY_LIMIT} per hour, "
+            "one hit per key per round, by each storage's own command):\n"
+        )
+        print("| storage | used_memory | per key |\n|---|---:|---:|")
+        fills: list[tuple[str, Callable[[], None]]] = [
+            ("limits RedisStorage (Lua)", lambda: fill_lua(uris["limits RedisStorage (Lua)"])),
+            ("valkey-ratelimit", lambda: fill_ours(server.client)),
+        ]
+        for name, fill in fills:
+            server.client.flushall()
+            before = used_memory(server.client)
+            fill()
+            assert server.client.dbsize() == MEMORY_KEYS
+            grown = used_memory(server.client) - before
+            print(f"| {name} | {grown / 2**20:,.2f} MiB | {grown / MEMORY_KEYS:,.0f} B |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
