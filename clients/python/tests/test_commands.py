@@ -95,6 +95,9 @@ def test_all_is_all_or_nothing_on_one_slot(limiter: RateLimiter) -> None:
     assert h["RateLimit-Policy"] == '"burst";q=2;w=120, "daily";q=3;w=86400'
     assert h["RateLimit"].startswith('"burst";r=0;t=') and '"daily";r=1;t=' in h["RateLimit"]
     assert h["X-RateLimit-Limit"] == "2"
+    binding = denied.headers(binding_only=True)
+    assert binding["RateLimit"].startswith('"burst";r=0;t=') and "daily" not in binding["RateLimit"]
+    assert binding["RateLimit-Policy"] == h["RateLimit-Policy"]
 
 
 def test_same_slot_refuses_braces() -> None:

@@ -111,9 +111,16 @@ class AllResult:
     def __bool__(self) -> bool:
         return self.allowed
 
-    def headers(self) -> dict[str, str]:
-        """One ``RateLimit-Policy``/``RateLimit`` item per limiter; ``X-RateLimit-*`` from the binding one."""
-        return _headers(self.allowed, self.retry_after_seconds, self.limiters, self.binding)
+    def headers(self, *, binding_only: bool = False) -> dict[str, str]:
+        """One ``RateLimit-Policy`` item per limiter; one ``RateLimit`` item per limiter too, or with
+        ``binding_only`` the binding one's alone (the draft allows either); ``X-RateLimit-*`` from
+        the binding one."""
+        items = (self.binding,) if binding_only else self.limiters
+        headers = _headers(self.allowed, self.retry_after_seconds, items, self.binding)
+        if binding_only and "RateLimit-Policy" in headers:
+            policies = _headers(self.allowed, self.retry_after_seconds, self.limiters, self.binding)
+            headers["RateLimit-Policy"] = policies["RateLimit-Policy"]
+        return headers
 
 
 @dataclass(frozen=True)
