@@ -4,7 +4,8 @@
 #  1. a venv (target/clients-venv) with clients/python/requirements-test.txt,
 #     rebuilt when that file changes; the package is built into a wheel and
 #     an sdist (target/clients-dist) and the wheel is installed;
-#  2. ruff and mypy --strict;
+#  2. ruff and mypy --strict; the wheel alone in a fresh venv, with
+#     Flask-Limiter, serving a limited app;
 #  3. the package's own tests (every command, sync and asyncio, standalone and
 #     cluster; the failure policy);
 #  4. Flask-Limiter and slowapi apps over HTTP (clients/python/webapps);
@@ -60,10 +61,21 @@ step() {  # step NAME COMMAND...: run it, keep pytest's closing line
 
 echo "== lint: ruff, mypy --strict"
 if (cd "$pkg" && "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check . \
-  && "$venv/bin/mypy" --strict src webapps/flask_app.py webapps/fastapi_app.py bench); then
+  && "$venv/bin/mypy" --strict src webapps/flask_app.py webapps/fastapi_app.py webapps/wheel_smoke.py bench); then
   summaries+=("lint     PASS ruff, mypy --strict")
 else
   status=1; summaries+=("lint     FAIL ruff or mypy (see above)")
+fi
+
+echo "== wheel: a fresh venv with only the wheel ([limits]) and Flask-Limiter"
+fresh="$repo/target/clients-fresh-venv"
+rm -rf "$fresh"
+if python3 -m venv "$fresh" && "$fresh/bin/pip" install --disable-pip-version-check -q \
+     -c "$pkg/requirements-test.txt" "$(ls "$dist"/valkey_ratelimit-*.whl)[limits]" Flask Flask-Limiter \
+   && PYTHONPATH="$pkg/tests" "$fresh/bin/python" "$pkg/webapps/wheel_smoke.py"; then
+  summaries+=("wheel    PASS pip install of the wheel into a fresh venv, then a Flask-Limiter app")
+else
+  status=1; summaries+=("wheel    FAIL see above")
 fi
 
 # The tests import the installed wheel, never the source tree.

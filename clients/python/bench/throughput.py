@@ -6,7 +6,11 @@ at their limit, filled by each storage's own commands.
         target/clients-venv/bin/python clients/python/bench/throughput.py [--seconds 3] [--workers 4]
 
 limits' Redis storage runs on redis-py (``redis://``), ours on valkey-py
-(``valkey-ratelimit://``): each storage as a user gets it.
+(``valkey-ratelimit://``): each storage as a user gets it. Hits per second
+are bound by the Python clients on a small machine; "server µs per hit"
+(INFO commandstats: every command the server ran, divided by the hits) is
+what each hit costs the server, the figure that decides how far one server
+scales.
 """
 
 from __future__ import annotations
@@ -48,7 +52,13 @@ def worker(uri: str, strategy: str, keys: int, seconds: float, seed: int) -> tup
     return hits, allowed
 
 
-def throughput(uri: str, strategy: str, keys: int, seconds: float, workers: int) -> tuple[float, float]:
+def server_usec(client: Any) -> int:
+    """Microseconds the server spent in commands since the last CONFIG RESETSTAT."""
+    stats: dict[str, dict[str, Any]] = client.info("commandstats")
+    return sum(int(s["usec"]) for name, s in stats.items() if name not in ("cmdstat_config", "cmdstat_info"))
+
+
+def throughput(uri: str, strategy: str, keys: int, seconds: float, workers: int) -> tuple[float, float, int]:
     with ProcessPoolExecutor(workers) as pool:
         results = list(
             pool.map(
@@ -56,7 +66,7 @@ def throughput(uri: str, strategy: str, keys: int, seconds: float, workers: int)
             )
         )
     hits = sum(h for h, _ in results)
-    return hits / seconds, sum(a for _, a in results) / hits
+    return hits / seconds, sum(a for _, a in results) / hits, hits
 
 
 # valkey-py types its command methods only partly: the client is used as Any.
@@ -95,13 +105,16 @@ def main() -> None:
         }
         print(f"{ITEM} on random keys, {args.workers} client processes, {args.seconds:g} s each;")
         print(f"{server.client.info('server')['valkey_version']} with the module, one server for both\n")
-        print("| strategy | keys | storage | hits/s | allowed |\n|---|---|---|---:|---:|")
+        print("| strategy | keys | storage | hits/s | allowed | server µs per hit |\n|---|---|---|---:|---:|---:|")
         for strategy in STRATEGIES:
             for label, keys in KEY_COUNTS.items():
                 for name, uri in uris.items():
                     server.client.flushall()
-                    rate, allowed = throughput(uri, strategy, keys, args.seconds, args.workers)
-                    print(f"| {strategy} | {keys} ({label}) | {name} | {rate:,.0f} | {allowed:.0%} |", flush=True)
+                    server.client.config_resetstat()
+                    rate, allowed, hits = throughput(uri, strategy, keys, args.seconds, args.workers)
+                    usec = server_usec(server.client) / hits
+                    row = f"| {strategy} | {keys} ({label}) | {name} | {rate:,.0f} | {allowed:.0%} | {usec:.2f} |"
+                    print(row, flush=True)
 
     print(
         f"\nMemory of {MEMORY_KEYS:,} moving-window keys at their limit ({MEMORY_LIMIT} per hour, one hit per key "

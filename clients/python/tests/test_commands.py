@@ -6,6 +6,8 @@ import time
 from datetime import timedelta
 
 import pytest
+import valkey
+from servers import Server
 
 from valkey_ratelimit import (
     CommandError,
@@ -175,3 +177,20 @@ def test_block_waits_for_the_permit(limiter: RateLimiter) -> None:
     start = time.monotonic()
     waited = limiter.hit("b", spec, block="2s")
     assert waited.allowed and 0.05 < time.monotonic() - start < 1.5
+
+
+def test_resp3_replies_parse_the_same(server: Server) -> None:
+    server.client.flushall()
+    client = valkey.Valkey("127.0.0.1", server.port, protocol=3)
+    limiter = RateLimiter(client)
+    assert limiter.hit("r3", TokenBucket(2, 1, "1m"), cost=3, partial=True).granted == 2
+    keys = same_slot("r3", "a", "b")
+    both = limiter.all([(keys[0], Window(1, "1m")), (keys[1], SlidingLog(1, "1m"))], partial=True)
+    assert both.allowed and both.granted == 1 and [r.limit for r in both.limiters] == [1, 1]
+    lease = limiter.lease("r3l", 1, "10s")
+    assert lease.lease_id is not None and lease.lease_ttl_ms == 10_000
+    refund = limiter.refund("r3", 1)
+    assert refund is not None and refund.refunded == 1
+    state = limiter.inspect(keys[1])
+    assert state is not None and state["algorithm"] == "slidinglog" and state["count"] == 1
+    client.close()
