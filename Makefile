@@ -12,7 +12,7 @@ PORT ?= 6379
 export VALKEY_SERVER
 export RL_MODULE := $(MODULE)
 
-.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples test-external deb test-deb docker-check
+.PHONY: setup build run test lint unit integration bench bench-quick clean test-matrix memcheck fuzz profile demo dist test-examples test-external deb test-deb docker-check test-clients
 
 setup:
 	@bash scripts/setup.sh
@@ -122,6 +122,13 @@ profile: build
 # missing is skipped with a line saying why. See examples/README.md.
 test-examples: build
 	@bash examples/run-tests.sh
+
+# The Python package (clients/python): lint, its tests, Flask-Limiter and
+# slowapi apps over HTTP, and limits' own test suite (the pinned sdist from
+# PyPI, patched) for its storage; installs what it needs into
+# target/clients-venv. See scripts/test-clients.sh.
+test-clients: build
+	@bash scripts/test-clients.sh
 
 # Shell: sets $$py to a python3 with matplotlib (installed from PyPI into
 # target/bench-venv on first use), or to plain python3 when that fails.

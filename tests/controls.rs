@@ -279,7 +279,7 @@ fn command_docs_list_every_argument() {
             .collect()
     };
     let options = ["cost", "dryrun", "partial", "duration", "brief"];
-    let expected: [(&str, &[&str]); 14] = [
+    let expected: [(&str, &[&str]); 15] = [
         (
             "rl.tokenbucket",
             &["key", "capacity", "refill_amount", "refill_period"],
@@ -302,6 +302,7 @@ fn command_docs_list_every_argument() {
         ("rl.refund", &["key", "amount"]),
         ("rl.unlock", &["key"]),
         ("rl.peek", &["key"]),
+        ("rl.inspect", &["key"]),
         ("rl.apply", &["key", "effect"]),
         (
             "rl.lease",
@@ -316,7 +317,13 @@ fn command_docs_list_every_argument() {
             && !command.starts_with("rl.lease")
             && !matches!(
                 command,
-                "rl.refund" | "rl.unlock" | "rl.peek" | "rl.apply" | "rl.release" | "rl.extend"
+                "rl.refund"
+                    | "rl.unlock"
+                    | "rl.peek"
+                    | "rl.inspect"
+                    | "rl.apply"
+                    | "rl.release"
+                    | "rl.extend"
             );
         if takes_options {
             want.extend(options);

@@ -131,6 +131,7 @@ const COMMANDS: &[&str] = &[
     "RL.REFUND",
     "RL.UNLOCK",
     "RL.PEEK",
+    "RL.INSPECT",
     "RL.APPLY",
     "RL.LEASE",
     "RL.RELEASE",
@@ -245,7 +246,7 @@ fn valid(g: &mut Gen) -> Argv {
             }
         }
         "RL.REFUND" => out.extend([key, word(g.pick(&["1", "5"]))]),
-        "RL.UNLOCK" | "RL.PEEK" => out.push(key),
+        "RL.UNLOCK" | "RL.PEEK" | "RL.INSPECT" => out.push(key),
         "RL.RELEASE" => out.extend([key, lease_id(g)]),
         "RL.LIMIT" => out.extend([key, word(g.pick(POLICY_NAMES))]),
         "RL.POLICY.SET" => {
@@ -293,7 +294,13 @@ fn valid(g: &mut Gen) -> Argv {
     }
     if !matches!(
         name,
-        "RL.REFUND" | "RL.UNLOCK" | "RL.PEEK" | "RL.APPLY" | "RL.RELEASE" | "RL.EXTEND"
+        "RL.REFUND"
+            | "RL.UNLOCK"
+            | "RL.PEEK"
+            | "RL.INSPECT"
+            | "RL.APPLY"
+            | "RL.RELEASE"
+            | "RL.EXTEND"
     ) {
         if name == "RL.WINDOW" && g.chance(50) {
             out.push(word("SLIDING"));

@@ -1,6 +1,8 @@
 """Rate limiting for ASGI apps (FastAPI, Starlette) with valkey-ratelimit's RL.ALL.
 
-Copy this file into your service. It depends on `valkey` (valkey-py) only;
+Copy this file into your service. It depends on the `valkey-ratelimit`
+package (clients/python: the RL.ALL call, its result and its headers) and
+`valkey` (valkey-py);
 `RateLimitMiddleware` is plain ASGI, so it works under FastAPI, Starlette or
 any ASGI framework:
 
@@ -15,20 +17,20 @@ contract (headers, status codes, failure policy) is examples/README.md's.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
 
 import valkey.asyncio as valkey
 from valkey.asyncio.retry import Retry
 from valkey.backoff import NoBackoff
+from valkey_ratelimit import AllResult as Decision
+from valkey_ratelimit import AsyncRateLimiter, Gcra, Window
 
 log = logging.getLogger("rate_limit")
 
@@ -112,113 +114,36 @@ def make_client(config: RateLimitConfig) -> valkey.Valkey:
         socket_timeout=timeout,
         retry=Retry(NoBackoff(), 0),
         retry_on_timeout=False,
-        protocol=2,  # the reply shapes below are RESP2's
+        protocol=2,
     )
 
 
-@dataclass(frozen=True)
-class Limiter:
-    """One limiter's five fields from the RL.ALL reply."""
-
-    name: str
-    allowed: bool
-    limit: int
-    remaining: int
-    retry_after_ms: int
-    reset_after_ms: int
-
-
-@dataclass(frozen=True)
-class Decision:
-    allowed: bool
-    retry_after_ms: int
-    limiters: tuple[Limiter, ...]
-    policy: str = field(repr=False)
-
-    @property
-    def binding(self) -> Limiter:
-        """The most restrictive limiter: least remaining, then the longest wait (-1, "never",
-        counts as the longest), then the longest reset, then the first."""
-
-        def wait(ms: int) -> float:
-            return math.inf if ms < 0 else ms
-
-        # min() keeps the first of equal elements: `key` wins a full tie.
-        return min(self.limiters, key=lambda l: (l.remaining, -wait(l.retry_after_ms), -l.reset_after_ms))
-
-    @property
-    def retry_after_s(self) -> int | None:
-        """Retry-After in whole seconds, rounded up and at least 1; None when it can never pass."""
-        if self.retry_after_ms < 0:
-            return None
-        return max(1, ceil_seconds(self.retry_after_ms))
-
-    def headers(self) -> list[tuple[str, str]]:
-        """The rate-limit headers, for 200 and 429 alike (draft-ietf-httpapi-ratelimit-headers, -07 and later)."""
-        b = self.binding
-        reset = str(ceil_seconds(b.reset_after_ms))
-        headers = [
-            ("RateLimit-Policy", self.policy),
-            ("RateLimit", f'"{b.name}";r={b.remaining};t={reset}'),
-            ("X-RateLimit-Limit", str(b.limit)),
-            ("X-RateLimit-Remaining", str(b.remaining)),
-            ("X-RateLimit-Reset", reset),
-        ]
-        if not self.allowed and self.retry_after_s is not None:
-            headers.append(("Retry-After", str(self.retry_after_s)))
-        return headers
-
-
-def ceil_seconds(ms: int) -> int:
-    """Milliseconds to whole seconds, rounded up: a client that waits that long is never early."""
-    return -(-ms // 1000)
-
-
 class RateLimiter:
-    """Decides one request: both limiters in one RL.ALL call."""
+    """Decides one request: both limiters in one RL.ALL call, through the valkey-ratelimit package."""
 
     def __init__(self, client: valkey.Valkey, config: RateLimitConfig) -> None:
-        self.client = client
         self.config = config
         c = config
-        # The GCRA's window is the time to earn a whole burst back; the
-        # sliding window's is its period. One item per limiter, in call order.
-        key_window = math.ceil(c.key_burst * c.key_period / c.key_rate)
-        self.policy = f'"key";q={c.key_burst};w={key_window}, "ip";q={c.ip_limit};w={c.ip_period}'
-        self._gcra = ("GCRA", c.key_burst, c.key_rate, f"{c.key_period}s")
-        self._window = ("WINDOW", c.ip_limit, f"{c.ip_period}s", "SLIDING")
         # The client's own timeouts bound each step; this bounds the whole
-        # call (connect, handshake, command): at most 2 * timeout_ms.
-        self._deadline = 2 * c.timeout_ms / 1000
+        # call (connect, handshake, command): at most 2 * timeout_ms. Failures
+        # raise (on_unavailable="raise"): the middleware applies the policy.
+        self.limiter = AsyncRateLimiter(client, timeout=2 * c.timeout_ms / 1000)
+        self.key_limit = Gcra(c.key_burst, c.key_rate, f"{c.key_period}s")
+        self.ip_limit = Window(c.ip_limit, f"{c.ip_period}s", sliding=True)
 
     async def check(self, api_key: str, client_ip: str) -> Decision:
         """Charge one request; raises on any failure (the caller applies the failure policy)."""
         p = self.config.prefix
         # RL.ALL decides both limiters atomically: a request denied by one
         # consumes from neither. In Valkey Cluster all keys of one RL.ALL must
-        # hash to one slot (else CROSSSLOT): these two do not. There, put one
-        # hash tag in both keys (f"{p}:{{key:{api_key}}}" and
-        # f"{p}:{{key:{api_key}}}:ip:{client_ip}", which limits per key and
-        # IP), or make two calls (RL.GCRA, then RL.WINDOW) and lose the
-        # all-or-nothing. In standalone Valkey any keys work.
-        reply = await asyncio.wait_for(
-            self.client.execute_command(
-                "RL.ALL", 2, f"{p}:key:{api_key}", f"{p}:ip:{client_ip}", *self._gcra, *self._window
-            ),
-            self._deadline,
+        # hash to one slot (else CROSSSLOT): these two do not. There, build
+        # both with valkey_ratelimit.same_slot(f"key:{api_key}", "key",
+        # f"ip:{client_ip}") (which limits per key and IP), or make two calls
+        # and lose the all-or-nothing. In standalone Valkey any keys work.
+        return await self.limiter.all(
+            [(f"{p}:key:{api_key}", self.key_limit), (f"{p}:ip:{client_ip}", self.ip_limit)],
+            names=("key", "ip"),
         )
-        return self._parse(reply)
-
-    def _parse(self, reply: Any) -> Decision:
-        # RESP2: [allowed, retry_after_ms, [[allowed, limit, remaining, retry_after_ms, reset_after_ms], ...]]
-        allowed, retry_after_ms, items = reply
-        if len(items) != 2:
-            raise ValueError(f"unexpected RL.ALL reply: {reply!r}")
-        limiters = tuple(
-            Limiter(name, bool(a), int(lim), int(rem), int(retry), int(reset))
-            for name, (a, lim, rem, retry, reset) in zip(("key", "ip"), items)
-        )
-        return Decision(bool(allowed), int(retry_after_ms), limiters, self.policy)
 
 
 def parse_networks(entries: Iterable[str]) -> tuple[IPNetwork, ...]:
@@ -301,9 +226,11 @@ class RateLimitMiddleware:
                 await self.app(scope, receive, send)  # fail open: serve, without rate headers
             return
 
-        rate_headers = decision.headers()
+        # One RateLimit item, the binding limiter's: the contract of examples/README.md.
+        rate_headers = list(decision.headers(binding_only=True).items())
         if not decision.allowed:
-            await _json(send, 429, {"error": "rate limited", "retry_after": decision.retry_after_s}, rate_headers)
+            body = {"error": "rate limited", "retry_after": decision.retry_after_seconds}
+            await _json(send, 429, body, rate_headers)
             return
 
         encoded = [(k.lower().encode(), v.encode()) for k, v in rate_headers]

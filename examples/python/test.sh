@@ -29,5 +29,11 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" >"$stamp"
 fi
 
+# The valkey-ratelimit package from this repository (clients/python), installed
+# afresh on every run: the recipe is built on it.
+if ! "$venv/bin/pip" install --disable-pip-version-check -q --no-deps --force-reinstall "$RL_REPO_ROOT/clients/python"; then
+  echo "SKIP: pip install clients/python failed (hatchling from PyPI?)"; exit 77
+fi
+
 valkey_start || exit 1
 cd "$here" && "$venv/bin/python" -m pytest -p no:cacheprovider "$@"

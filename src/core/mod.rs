@@ -8,6 +8,7 @@ pub mod calendar_window;
 pub mod codec;
 pub mod gcra;
 pub mod heavy_hitters;
+pub mod inspect;
 pub mod lease;
 pub mod limiter;
 #[cfg(test)]

@@ -59,6 +59,11 @@ impl Window {
         }
     }
 
+    /// The state at `now` under its own parameters (read-only: RL.INSPECT).
+    pub fn at(&self, now: Millis) -> Window {
+        self.advanced(self.params, now)
+    }
+
     /// The state at `now`, with `params` applied. A clock that went back stays
     /// in the stored window, so it never frees room.
     fn advanced(&self, params: WindowParams, now: Millis) -> Window {

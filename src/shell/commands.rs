@@ -8,6 +8,7 @@ use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
 use super::{blocking, controls, leases, metrics, policy_stats, replication};
 use crate::args::{self, ArgError, Options};
 use crate::core::gcra::{self, Interval};
+use crate::core::inspect::Field;
 use crate::core::lease::LeaseId;
 use crate::core::limiter::{Algorithm, Effect, Limiter};
 use crate::core::policy::Policy;
@@ -485,6 +486,34 @@ pub fn unlock(ctx: Ctx, argv: &[Str]) -> c_int {
 
 /// `RL.PEEK key`: the limiter's state under its own parameters, read-only
 /// (so it runs on replicas). Nil when the key holds no limiter (it is full).
+/// RL.INSPECT: the limiter's raw state at the server's time, as named
+/// fields (see `core::inspect`); nil when the key holds no limiter.
+pub fn inspect(ctx: Ctx, argv: &[Str]) -> c_int {
+    let Some(mut key) = Key::open(ctx, argv[1], false) else {
+        return ffi::reply_null(ctx);
+    };
+    match key.get::<Limiter>(raw_type()) {
+        Slot::Empty => ffi::reply_null(ctx),
+        Slot::Foreign => fail(ctx, replication::WRONGTYPE),
+        Slot::Ours(limiter) => {
+            let fields = crate::core::inspect::inspect(limiter, ffi::now());
+            let values: Vec<(&std::ffi::CStr, ffi::Value)> = fields
+                .iter()
+                .map(|(name, field)| {
+                    let value = match field {
+                        Field::Int(n) => ffi::Value::Int(*n),
+                        Field::Text(text) => ffi::Value::Bulk(text.as_bytes()),
+                        Field::Zone(zone) => ffi::Value::Bulk(zone.as_bytes()),
+                        Field::Null => ffi::Value::Null,
+                    };
+                    (*name, value)
+                })
+                .collect();
+            ffi::reply_values(ctx, &values)
+        }
+    }
+}
+
 pub fn peek(ctx: Ctx, argv: &[Str]) -> c_int {
     let Some(mut key) = Key::open(ctx, argv[1], false) else {
         return ffi::reply_null(ctx);

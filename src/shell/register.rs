@@ -128,6 +128,7 @@ entry_point!(lease_entry, leases::acquire);
 entry_point!(release_entry, release_handler);
 entry_point!(extend_entry, extend_handler);
 entry_point!(peek_entry, peek_handler);
+entry_point!(inspect_entry, inspect_handler);
 entry_point!(limit_entry, stored::limit, 3);
 entry_point!(policy_set_entry, stored::set, 3);
 entry_point!(policy_get_entry, policy_get_handler);
@@ -159,6 +160,13 @@ fn peek_handler(ctx: Ctx, argv: &[Str]) -> c_int {
         return ffi::reply_error(ctx, "ERR wrong number of arguments for 'rl.peek' command");
     }
     commands::peek(ctx, argv)
+}
+
+fn inspect_handler(ctx: Ctx, argv: &[Str]) -> c_int {
+    if argv.len() != 2 {
+        return ffi::reply_error(ctx, "ERR wrong number of arguments: RL.INSPECT key");
+    }
+    commands::inspect(ctx, argv)
 }
 
 fn release_handler(ctx: Ctx, argv: &[Str]) -> c_int {
@@ -198,7 +206,7 @@ const BLOCKING_CATEGORIES: &CStr = c"write fast blocking ratelimit";
 /// Giving slots back must work when memory is short (as DEL does).
 const RELEASE_FLAGS: &CStr = c"write fast";
 
-static COMMANDS: [Spec; 21] = [
+static COMMANDS: [Spec; 22] = [
     Spec {
         name: c"rl.tokenbucket",
         entry: token_bucket_entry,
@@ -458,6 +466,19 @@ static COMMANDS: [Spec; 21] = [
         acl_categories: Some(c"read fast ratelimit"),
         key_flags: KEY_READ,
         keys: Keys::First,
+        args: docs::KEY_ONLY,
+    },
+    Spec {
+        name: c"rl.inspect",
+        entry: inspect_entry,
+        flags: c"readonly fast",
+        arity: 2,
+        summary: c"Returns a limiter's raw state (algorithm, parameters, counts, times) as named fields without changing it; runs on replicas. Nil when the key holds no limiter.",
+        complexity: c"O(1), or O(N) for a sliding log of N entries.",
+        acl_categories: Some(c"read fast ratelimit"),
+        key_flags: KEY_READ,
+        keys: Keys::First,
+        since: c"1.0.0",
         args: docs::KEY_ONLY,
     },
     Spec {

@@ -13,7 +13,9 @@ import time
 import httpx
 import pytest
 
-from rate_limit import Decision, Limiter, RateLimitConfig, client_ip, parse_networks
+from rate_limit import RateLimitConfig, client_ip, parse_networks
+from valkey_ratelimit import AllResult as Decision
+from valkey_ratelimit import Result
 
 pytestmark = pytest.mark.anyio
 
@@ -167,34 +169,39 @@ def test_client_ip_rules():
 POLICY = '"key";q=5;w=60, "ip";q=20;w=60'
 
 
+def Limiter(name, allowed, limit, remaining, retry_after_ms, reset_after_ms):  # noqa: N802 -- the old shape
+    """One limiter's result as the package parses it from RL.ALL, with a 60 s window."""
+    return Result(allowed, limit, remaining, retry_after_ms, reset_after_ms, name=name, window_seconds=60)
+
+
 def denied(retry_after_ms: int, reset_after_ms: int = 60_000) -> Decision:
     """A 429 decided by the key's limiter (0 left), the IP's with room."""
     return Decision(False, retry_after_ms, (Limiter("key", False, 5, 0, retry_after_ms, reset_after_ms),
-                                            Limiter("ip", True, 20, 10, 0, 30_000)), POLICY)
+                                            Limiter("ip", True, 20, 10, 0, 30_000)))
 
 
 @pytest.mark.parametrize("ms, want", [(1, "1"), (999, "1"), (1000, "1"), (1001, "2"), (11950, "12")])
 def test_retry_after_is_rounded_up(ms, want):
-    headers = dict(denied(ms).headers())
+    headers = denied(ms).headers(binding_only=True)
     assert headers["Retry-After"] == want
-    assert str(denied(ms).retry_after_s) == want  # the 429 body's retry_after
+    assert str(denied(ms).retry_after_seconds) == want  # the 429 body's retry_after
 
 
 @pytest.mark.parametrize("ms, want", [(0, "0"), (1, "1"), (1000, "1"), (59001, "60")])
 def test_reset_is_rounded_up(ms, want):
-    headers = dict(denied(1000, reset_after_ms=ms).headers())
+    headers = denied(1000, reset_after_ms=ms).headers(binding_only=True)
     assert headers["RateLimit"] == f'"key";r=0;t={want}'
     assert headers["X-RateLimit-Reset"] == want
 
 
 def test_headers_of_a_decision():
-    d = Decision(True, 0, (Limiter("key", True, 5, 3, 0, 24_000), Limiter("ip", True, 20, 3, 0, 59_001)), POLICY)
-    assert d.headers() == [  # tie on remaining and wait: the longer reset, the IP's, is reported
+    d = Decision(True, 0, (Limiter("key", True, 5, 3, 0, 24_000), Limiter("ip", True, 20, 3, 0, 59_001)))
+    assert list(d.headers(binding_only=True).items()) == [  # tie on remaining and wait: the longer reset, the IP's
         ("RateLimit-Policy", POLICY), ("RateLimit", '"ip";r=3;t=60'), ("X-RateLimit-Limit", "20"),
         ("X-RateLimit-Remaining", "3"), ("X-RateLimit-Reset", "60")]
-    never = Decision(False, -1, (Limiter("key", False, 5, 0, 5_000, 60_000), Limiter("ip", False, 20, 0, -1, 0)), POLICY)
+    never = Decision(False, -1, (Limiter("key", False, 5, 0, 5_000, 60_000), Limiter("ip", False, 20, 0, -1, 0)))
     assert never.binding.name == "ip"  # -1 (never) is the longest wait
-    assert never.retry_after_s is None and "Retry-After" not in dict(never.headers())
+    assert never.retry_after_seconds is None and "Retry-After" not in never.headers()
 
 
 def test_empty_environment_variables_are_unset():
