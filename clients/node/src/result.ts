@@ -170,13 +170,25 @@ const int = (v: unknown, what: string): number => {
   throw new RateLimitReplyError(`unexpected ${what} in reply: ${JSON.stringify(v)}`);
 };
 
+/**
+ * A RESP3 map as an object: clients that speak RESP3 (ioredis 6 by default)
+ * hand it over as an object or as a flat `[name, value, ...]` array.
+ */
+function asMap(reply: unknown): Record<string, unknown> | undefined {
+  if (Array.isArray(reply)) {
+    if (reply[0] !== 'allowed') return undefined;
+    const m: Record<string, unknown> = {};
+    for (let i = 0; i + 1 < reply.length; i += 2) m[String(reply[i])] = reply[i + 1];
+    return m;
+  }
+  return reply && typeof reply === 'object' && !Buffer.isBuffer(reply) ? (reply as Record<string, unknown>) : undefined;
+}
+
 /** The fields of a five-field reply (array or map), with what follows them. */
 function fields(reply: unknown, command: string): unknown[] {
+  const m = asMap(reply);
+  if (m) return [m.allowed, m.limit, m.remaining, m.retry_after_ms, m.reset_after_ms, m.granted ?? m.refunded ?? m.lease_id, m.lease_ttl_ms];
   if (Array.isArray(reply) && reply.length >= 5) return reply;
-  if (reply && typeof reply === 'object') {
-    const m = reply as Record<string, unknown>;
-    return [m.allowed, m.limit, m.remaining, m.retry_after_ms, m.reset_after_ms, m.granted ?? m.refunded ?? m.lease_id, m.lease_ttl_ms];
-  }
   throw new RateLimitReplyError(`unexpected ${command} reply: ${JSON.stringify(reply)}`);
 }
 
@@ -204,11 +216,12 @@ export function parseResult(reply: unknown, command: string, extra: Extra, cost:
 /** RL.ALL's reply: `[allowed, retry_after_ms, [granted,] [[five fields], ...]]`. */
 export function parseAll(reply: unknown, partial: boolean, cost: number, names: string[], windows: (number | undefined)[]): AllResult {
   let allowed: unknown, retry: unknown, granted: unknown, items: unknown;
-  if (Array.isArray(reply)) {
+  const m = asMap(reply);
+  if (m) {
+    ({ allowed, retry_after_ms: retry, granted, limiters: items } = m);
+  } else if (Array.isArray(reply)) {
     [allowed, retry] = reply;
     [granted, items] = partial ? [reply[2], reply[3]] : [undefined, reply[2]];
-  } else if (reply && typeof reply === 'object') {
-    ({ allowed, retry_after_ms: retry, granted, limiters: items } = reply as Record<string, unknown>);
   }
   if (!Array.isArray(items) || items.length !== names.length) throw new RateLimitReplyError(`unexpected RL.ALL reply: ${JSON.stringify(reply)}`);
   const ok = int(allowed, 'allowed') === 1;
