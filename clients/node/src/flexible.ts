@@ -139,9 +139,17 @@ export class RateLimiterValkey {
         cost: pointsToConsume,
         ...(this.blockDuration > 0 ? { lockout: seconds(this.blockDuration) } : {}),
       });
-      const res = this.toRes(r, pointsToConsume);
-      if (!r.allowed) throw res;
-      return res;
+      if (r.allowed) return this.toRes(r, pointsToConsume);
+      if (r.retryAfterMs < 0) {
+        // More than `points` at once: never allowed, and the module does not
+        // lock on a request that can never pass; rate-limiter-flexible blocks.
+        if (this.blockDuration > 0) {
+          const b = await this.block(key, this.blockDuration);
+          throw new RateLimiterRes(0, b.msBeforeNext, r.limit - r.remaining + pointsToConsume, false);
+        }
+        throw new RateLimiterRes(0, r.resetAfterMs || this.duration * 1000, r.limit - r.remaining + pointsToConsume, false);
+      }
+      throw this.toRes(r, pointsToConsume);
     });
   }
 
