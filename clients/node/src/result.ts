@@ -135,16 +135,14 @@ export class AllResult {
   headers(options: Omit<HeaderOptions, 'name' | 'windowSeconds'> = {}): RateLimitHeaders {
     if (this.failedOpen) return {};
     const items = this.limiters.map((result, i) => ({ result, name: this.names[i] ?? `l${i}`, windowSeconds: windowSeconds(result) }));
-    const binding = this.binding;
-    items.sort((x, y) => (x.result === binding ? -1 : y.result === binding ? 1 : 0)); // X-RateLimit-* reads the first
-    return headersFor(items, this.retryAfterSeconds, options);
+    return headersFor(items, this.retryAfterSeconds, options, this.binding);
   }
 }
 
 const windowSeconds = (r: RateLimitResult): number | undefined => (r.windowMs === undefined ? undefined : seconds(r.windowMs));
 
 function headersFor(items: { result: RateLimitResult; name: string; windowSeconds: number | undefined }[],
-  retryAfter: number | null, options: HeaderOptions): RateLimitHeaders {
+  retryAfter: number | null, options: HeaderOptions, legacyFrom: RateLimitResult = items[0]!.result): RateLimitHeaders {
   const h: RateLimitHeaders = {};
   const quote = (name: string): string => `"${name.replace(/["\\]/g, '')}"`;
   if (options.standard ?? true) {
@@ -152,11 +150,10 @@ function headersFor(items: { result: RateLimitResult; name: string; windowSecond
       `${quote(name)};q=${result.limit}${w === undefined ? '' : `;w=${w}`}`).join(', ');
     h.RateLimit = items.map(({ result, name }) => `${quote(name)};r=${result.remaining};t=${seconds(result.resetAfterMs)}`).join(', ');
   }
-  const first = items[0]!.result;
   if (options.legacy ?? true) {
-    h['X-RateLimit-Limit'] = String(first.limit);
-    h['X-RateLimit-Remaining'] = String(first.remaining);
-    h['X-RateLimit-Reset'] = String(seconds(first.resetAfterMs));
+    h['X-RateLimit-Limit'] = String(legacyFrom.limit);
+    h['X-RateLimit-Remaining'] = String(legacyFrom.remaining);
+    h['X-RateLimit-Reset'] = String(seconds(legacyFrom.resetAfterMs));
   }
   if (retryAfter !== null) h['Retry-After'] = String(retryAfter);
   return h;
