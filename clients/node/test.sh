@@ -26,4 +26,4 @@ npm run --silent typecheck || { echo "typecheck failed"; exit 1; }
 
 valkey_start || exit 1
 # One file at a time (several start their own processes and servers).
-node --test --test-concurrency=1 --test-reporter=spec "$@" test/
+node --test --test-concurrency=1 --test-reporter=spec "$@" test/*.test.mjs
