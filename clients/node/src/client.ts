@@ -109,7 +109,7 @@ export class RateLimitClient {
   }
 
   /** Any limiter, by definition: `check(key, { algorithm: 'window', limit: 100, period: '1m' })`. */
-  async check(key: string, limiter: Limiter, options: CallOptions = {}): Promise<RateLimitResult> {
+  check(key: string, limiter: Limiter, options: CallOptions = {}): Promise<RateLimitResult> {
     const [command, ...params] = limiterArgs(limiter);
     const name = `RL.${command as string}`;
     const args = [key, ...params, ...optionArgs(options)];
@@ -251,15 +251,14 @@ export class RateLimitClient {
   }
 
   /** A limiter call: parsed, with the failure policy applied. `limit` fills a failed-open result. */
-  private async decide(command: string, args: Arg[], options: CallOptions, limit: number, windowMs: number | undefined,
+  private decide(command: string, args: Arg[], options: CallOptions, limit: number, windowMs: number | undefined,
     extra?: Extra): Promise<RateLimitResult> {
     const kind: Extra = extra ?? (options.partial ? 'granted' : 'none');
-    try {
-      const reply = await this.send(command, args, options.block);
-      return parseResult(reply, command, kind, options.cost ?? 1, windowMs);
-    } catch (err) {
-      return this.failOpen(err, () => openResult(limit, windowMs, options.cost ?? 1));
-    }
+    const cost = options.cost ?? 1;
+    return this.send(command, args, options.block).then(
+      (reply) => parseResult(reply, command, kind, cost, windowMs),
+      (err: unknown) => this.failOpen(err, () => openResult(limit, windowMs, cost)),
+    );
   }
 
   private failOpen<T>(err: unknown, open: () => T): T {
@@ -274,7 +273,7 @@ export class RateLimitClient {
    * Sends one command; rejects with a typed error, at the latest after
    * timeoutMs (plus the BLOCK timeout for a waiting call; never for BLOCK 0).
    */
-  async send(command: string, args: Arg[], block?: Duration): Promise<unknown> {
+  send(command: string, args: Arg[], block?: Duration): Promise<unknown> {
     const waitMs = block === undefined ? 0 : durationMs(block);
     const conn = block === undefined ? this.connection : this.blocking;
     const call = conn.call(command, ...args);
@@ -282,20 +281,17 @@ export class RateLimitClient {
     return this.race(call, command, this.timeoutMs + (waitMs ?? 0));
   }
 
-  /** The call's result, or a typed error; RateLimitTimeoutError after limitMs. */
-  private async race(call: Promise<unknown>, command: string, limitMs: number): Promise<unknown> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new RateLimitTimeoutError(command, limitMs)), limitMs);
+  /** The call's result, or a typed error; RateLimitTimeoutError after limitMs. One promise, one timer: this is the hot path. */
+  private race(call: Promise<unknown>, command: string, limitMs: number): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      // The rejection waits for the poll phase after the timer: when the
+      // event loop was busy past the deadline, a reply already read wins.
+      const timer = setTimeout(() => setImmediate(() => reject(new RateLimitTimeoutError(command, limitMs))), limitMs);
+      call.then(
+        (reply) => { clearTimeout(timer); resolve(reply); },
+        (err: unknown) => { clearTimeout(timer); reject(fromClientError(err, command)); },
+      );
     });
-    try {
-      return await Promise.race([call, timeout]);
-    } catch (err) {
-      call.catch(() => {}); // a late failure of the abandoned call is not unhandled
-      throw fromClientError(err, command);
-    } finally {
-      clearTimeout(timer);
-    }
   }
 }
 

@@ -84,6 +84,7 @@ export class ValkeyStore {
   async increment(key: string): Promise<ClientRateLimitInfo> {
     const r = await this.client.check(this.prefix + key, this.limiter());
     const info = this.info(r);
+    if (r.failedOpen) info.totalHits = 1; // a RateLimitClient that fails open: this hit, let through
     if (!r.allowed && this.trackDenied) {
       const entry = this.denied.get(key);
       this.denied.set(key, { count: (entry?.count ?? 0) + 1, until: info.resetTime!.getTime() });

@@ -195,19 +195,21 @@ export type Extra = 'none' | 'granted' | 'refunded' | 'lease';
 export function parseResult(reply: unknown, command: string, extra: Extra, cost: number | undefined, windowMs?: number): RateLimitResult {
   const f = fields(reply, command);
   const allowed = int(f[0], 'allowed') === 1;
-  const base = {
-    allowed, limit: int(f[1], 'limit'), remaining: int(f[2], 'remaining'),
-    retryAfterMs: int(f[3], 'retry_after_ms'), resetAfterMs: int(f[4], 'reset_after_ms'), windowMs,
-  };
-  switch (extra) {
-    case 'granted': return new RateLimitResult({ ...base, granted: int(f[5], 'granted') });
-    case 'refunded': return new RateLimitResult({ ...base, refunded: int(f[5], 'refunded') });
-    case 'lease': {
-      const id = f[5] === null || f[5] === undefined ? null : String(f[5]);
-      return new RateLimitResult({ ...base, granted: allowed ? cost : 0, leaseId: id, leaseTtlMs: int(f[6] ?? 0, 'lease_ttl_ms') });
-    }
-    default: return new RateLimitResult({ ...base, granted: cost === undefined ? undefined : allowed ? cost : 0 });
+  const limit = int(f[1], 'limit');
+  const remaining = int(f[2], 'remaining');
+  const retryAfterMs = int(f[3], 'retry_after_ms');
+  const resetAfterMs = int(f[4], 'reset_after_ms');
+  let granted = cost === undefined ? undefined : allowed ? cost : 0;
+  let refunded: number | undefined;
+  let leaseId: string | null | undefined;
+  let leaseTtlMs: number | undefined;
+  if (extra === 'granted') granted = int(f[5], 'granted');
+  else if (extra === 'refunded') refunded = int(f[5], 'refunded');
+  else if (extra === 'lease') {
+    leaseId = f[5] === null || f[5] === undefined ? null : String(f[5]);
+    leaseTtlMs = int(f[6] ?? 0, 'lease_ttl_ms');
   }
+  return new RateLimitResult({ allowed, limit, remaining, retryAfterMs, resetAfterMs, granted, refunded, leaseId, leaseTtlMs, windowMs });
 }
 
 /** RL.ALL's reply: `[allowed, retry_after_ms, [granted,] [[five fields], ...]]`. */
