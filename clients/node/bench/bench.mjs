@@ -99,17 +99,30 @@ async function throughApp(name) {
   }
 }
 
+/** requests/s of the limiter alone, and the server's time per request (INFO commandstats, reset first). */
 async function limiterAlone(client, name, kind) {
   const prefix = `bench:alone:${Math.random().toString(36).slice(2)}:`;
+  let one;
   if (kind === 'store') {
     const store = stores[name](client, prefix);
     store.init?.({ windowMs: WINDOW_MS, limit: LIMIT });
     await store.increment('warm');
-    return load((k) => store.increment(`c${k}`));
+    one = (k) => store.increment(`c${k}`);
+  } else {
+    const limiter = limiters[name](client, prefix);
+    await limiter.consume('warm');
+    one = (k) => limiter.consume(`c${k}`);
   }
-  const limiter = limiters[name](client, prefix);
-  await limiter.consume('warm');
-  return load((k) => limiter.consume(`c${k}`));
+  await client.call('CONFIG', 'RESETSTAT');
+  const rate = await load(one);
+  return { rate, serverUs: serverUsPerRequest(await client.info('commandstats'), rate * SECONDS) };
+}
+
+/** The server's time in commands (a script's inner calls are inside its EVALSHA), per request. */
+function serverUsPerRequest(stats, requests) {
+  let usec = 0;
+  for (const m of stats.matchAll(/^cmdstat_(\S+):calls=\d+,usec=(\d+)/gm)) if (!['info', 'config|resetstat'].includes(m[1])) usec += Number(m[2]);
+  return usec / requests;
 }
 
 async function main() {
@@ -118,19 +131,30 @@ async function main() {
   const version = /valkey_version:(\S+)/.exec(info)?.[1] ?? '?';
   console.log(`valkey ${version} at ${host}:${port}, node ${process.version}; ${ROUNDS} rounds of ${SECONDS} s, ${CONCURRENCY} in flight, ${KEYS} keys`);
   const results = new Map();
+  const server = new Map();
   const record = (label, value) => results.set(label, [...(results.get(label) ?? []), value]);
+  const alone = [
+    ...Object.keys(stores).map((name) => [`limiter alone: ${name}.increment`, name, 'store']),
+    ...Object.keys(limiters).map((name) => [`limiter alone: ${name}.consume`, name, 'limiter']),
+  ];
+  const apps = ['none', ...Object.keys(stores)];
   for (let round = 1; round <= ROUNDS; round++) {
-    // interleaved: every configuration once per round, so drift hits all alike
-    for (const name of ['none', ...Object.keys(stores)]) record(`Express app: ${name === 'none' ? 'no limiter' : name}`, await throughApp(name));
-    for (const name of Object.keys(stores)) record(`limiter alone: ${name}.increment`, await limiterAlone(client, name, 'store'));
-    for (const name of Object.keys(limiters)) record(`limiter alone: ${name}.consume`, await limiterAlone(client, name, 'limiter'));
+    // interleaved, every other round in reverse: drift and ordering hit all alike
+    const order = (xs) => (round % 2 ? xs : [...xs].reverse());
+    for (const name of order(apps)) record(`Express app: ${name === 'none' ? 'no limiter' : name}`, await throughApp(name));
+    for (const [label, name, kind] of order(alone)) {
+      const { rate, serverUs } = await limiterAlone(client, name, kind);
+      record(label, rate);
+      server.set(label, [...(server.get(label) ?? []), serverUs]);
+    }
     console.error(`round ${round}/${ROUNDS} done`);
   }
   const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-  console.log('\n| path | requests/s (median) | min | max |\n|---|---:|---:|---:|');
+  const f = (x) => Math.round(x).toLocaleString('en-US');
+  console.log('\n| path | requests/s (median) | min | max | server µs per request |\n|---|---:|---:|---:|---:|');
   for (const [label, xs] of results) {
-    const f = (x) => Math.round(x).toLocaleString('en-US');
-    console.log(`| ${label} | ${f(median(xs))} | ${f(Math.min(...xs))} | ${f(Math.max(...xs))} |`);
+    const us = server.get(label);
+    console.log(`| ${label} | ${f(median(xs))} | ${f(Math.min(...xs))} | ${f(Math.max(...xs))} | ${us ? median(us).toFixed(2) : ''} |`);
   }
   await client.quit();
 }
