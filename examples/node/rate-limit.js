@@ -1,6 +1,8 @@
 // Rate limiting for Express with valkey-ratelimit's RL.ALL.
 //
-// Copy this file into your service; it needs `iovalkey` only:
+// Copy this file into your service; it needs `iovalkey` and the
+// `valkey-ratelimit` package (clients/node: the RL.ALL call, its typed
+// result, the header values and the timeout are the package's):
 //
 //   const config = configFromEnv();             // or { ...DEFAULTS, keyBurst: 10, ... }
 //   const client = createClient(config);
@@ -14,6 +16,7 @@
 
 import net from 'node:net';
 import Valkey from 'iovalkey';
+import { AllResult, RateLimitClient, RateLimitResult, RateLimitTimeoutError, recommendedOptions } from 'valkey-ratelimit';
 
 export const DEFAULTS = Object.freeze({
   valkeyAddr: '127.0.0.1:6379',
@@ -64,22 +67,18 @@ function validate(config) {
 
 /**
  * A client that gives up quickly: a limiter must never be the slow part of a
- * request. iovalkey's defaults suit a cache, not this, so each is changed on
- * purpose:
- * - connectTimeout and commandTimeout: timeoutMs each;
- * - maxRetriesPerRequest 0 and enableOfflineQueue false: while disconnected a
- *   command fails at once instead of waiting in a queue (and being sent,
- *   stale, after the request was already answered);
- * - autoResendUnfulfilledCommands false: after a reconnect, a call that timed
- *   out is not sent again (it would charge the limiters a second time).
- * - enableReadyCheck false: no INFO round trip before the connection is
- *   used (a server that accepts and never answers it would leave the client
- *   in "connect"); a server still loading answers RL.ALL with -LOADING, a
- *   failure like any other.
- * The client keeps reconnecting in the background (retryStrategy); a request
- * never waits for a connection, so the whole call is the command, cut at
- * commandTimeout = timeoutMs (within the contract's 2 * timeoutMs). check()
- * drops a connection on which a command timed out (iovalkey would keep it).
+ * request. iovalkey's defaults suit a cache, not this: the package's
+ * recommendedOptions(timeoutMs) change each on purpose (see its README):
+ * connect and command timeouts of timeoutMs; no offline queue and no retries
+ * per request (while disconnected a command fails at once instead of being
+ * queued and sent, stale, after the request was answered); no re-sending
+ * after a reconnect (it would charge the limiters twice); no ready check (a
+ * server that accepts and never answers INFO would leave the client in
+ * "connect"; a server still loading answers RL.ALL with -LOADING, a failure
+ * like any other). The client keeps reconnecting in the background; a
+ * request never waits for a connection, so the whole call is the command,
+ * cut at timeoutMs (within the contract's 2 * timeoutMs). check() drops a
+ * connection on which a command timed out (iovalkey would keep it).
  */
 export function createClient(config) {
   const c = validate(config);
@@ -87,13 +86,7 @@ export function createClient(config) {
   const client = new Valkey({
     host: c.valkeyAddr.slice(0, i).replace(/^\[|\]$/g, '') || '127.0.0.1',
     port: Number(c.valkeyAddr.slice(i + 1)),
-    connectTimeout: c.timeoutMs,
-    commandTimeout: c.timeoutMs,
-    maxRetriesPerRequest: 0,
-    enableOfflineQueue: false,
-    autoResendUnfulfilledCommands: false,
-    enableReadyCheck: false,
-    retryStrategy: (times) => Math.min(times * 100, 1000),
+    ...recommendedOptions(c.timeoutMs),
   });
   // Without a listener, every failed reconnect prints an "Unhandled error
   // event"; the middleware reports failures itself.
@@ -101,75 +94,66 @@ export function createClient(config) {
   return client;
 }
 
-const ceilSeconds = (ms) => Math.ceil(ms / 1000); // a client that waits this long is never early
-
-/**
- * The most restrictive limiter: least remaining, then the longest wait (-1,
- * "never", counts as the longest), then the longest reset, then the first.
- */
-function binding(limiters) {
-  const wait = (ms) => (ms < 0 ? Infinity : ms);
-  return limiters.reduce((best, l) => {
-    const a = [l.remaining, -wait(l.retryAfterMs), -l.resetAfterMs];
-    const b = [best.remaining, -wait(best.retryAfterMs), -best.resetAfterMs];
-    for (let k = 0; k < 3; k++) if (a[k] !== b[k]) return a[k] < b[k] ? l : best;
-    return best;
-  });
+// One RateLimitClient per connection. It fails closed: the middleware applies
+// the failure policy itself (503 or serve, and the throttled warning).
+const limiters = new WeakMap();
+function limiterFor(client, c) {
+  let rl = limiters.get(client);
+  if (!rl) limiters.set(client, (rl = new RateLimitClient(client, { timeoutMs: c.timeoutMs })));
+  return rl;
 }
 
 /** Charges one request; throws on any failure (the caller applies the failure policy). */
 export async function check(client, config, apiKey, ip) {
   const c = config;
-  // RL.ALL decides both limiters atomically: a request denied by one consumes
-  // from neither. In Valkey Cluster all keys of one RL.ALL must hash to one
-  // slot (else CROSSSLOT): these two do not. There, put one hash tag in both
-  // keys (`${prefix}:{key:${apiKey}}` and `${prefix}:{key:${apiKey}}:ip:${ip}`,
-  // which limits per key and IP), or make two calls (RL.GCRA, then RL.WINDOW)
-  // and lose the all-or-nothing. In standalone Valkey any keys work.
+  // RL.ALL decides both limiters atomically: a request denied by one
+  // consumes from neither. In Valkey Cluster all keys of one RL.ALL must
+  // hash to one slot (else CROSSSLOT): these two do not. There, put one hash
+  // tag in both keys (the package's sameSlot(apiKey, ...) makes
+  // `${prefix}:key:{${apiKey}}` and `${prefix}:ip:${ip}:{${apiKey}}`, which
+  // limits per key and IP), or make two calls (gcra, then window) and lose
+  // the all-or-nothing. In standalone Valkey any keys work.
   const stream = client.stream;
-  let reply;
   try {
-    reply = await client.call(
-      'RL.ALL', 2, `${c.prefix}:key:${apiKey}`, `${c.prefix}:ip:${ip}`,
-      'GCRA', c.keyBurst, c.keyRate, `${c.keyPeriod}s`,
-      'WINDOW', c.ipLimit, `${c.ipPeriod}s`, 'SLIDING',
-    );
+    return await limiterFor(client, c).all([
+      { key: `${c.prefix}:key:${apiKey}`, name: 'key', limiter: { algorithm: 'gcra', burst: c.keyBurst, rate: c.keyRate, period: `${c.keyPeriod}s` } },
+      { key: `${c.prefix}:ip:${ip}`, name: 'ip', limiter: { algorithm: 'window', limit: c.ipLimit, period: `${c.ipPeriod}s`, sliding: true } },
+    ]);
   } catch (err) {
-    // commandTimeout only rejects the promise: iovalkey keeps the connection,
+    // A timeout only rejects the promise: iovalkey keeps the connection,
     // which may never answer again (a server gone behind a dead route). Drop
     // it (unless another request already did): destroy the socket, as
     // client.disconnect() only half-closes it and waits for the peer; the
     // client sees a lost connection and reconnects.
-    if (err.message === 'Command timed out' && client.stream === stream) stream.destroy();
+    const timedOut = err instanceof RateLimitTimeoutError || err.cause?.message === 'Command timed out';
+    if (timedOut && client.stream === stream) stream?.destroy();
     throw err;
   }
-  // RESP2: [allowed, retry_after_ms, [[allowed, limit, remaining, retry_after_ms, reset_after_ms], ...]]
-  const [allowed, retryAfterMs, items] = reply;
-  if (!Array.isArray(items) || items.length !== 2) throw new Error(`unexpected RL.ALL reply: ${JSON.stringify(reply)}`);
-  const limiters = items.map(([a, limit, remaining, retry, reset], k) => ({
-    name: k === 0 ? 'key' : 'ip', allowed: a === 1, limit, remaining, retryAfterMs: retry, resetAfterMs: reset,
-  }));
-  return { allowed: allowed === 1, retryAfterMs, limiters };
 }
 
-/** The header values for one decision (draft-ietf-httpapi-ratelimit-headers, -07 and later). */
+/** A decision as the package's AllResult (check() returns one; tests make plain ones). */
+function asDecision(d) {
+  if (d instanceof AllResult) return d;
+  return new AllResult(d.allowed, d.retryAfterMs, undefined, d.limiters.map((l) => new RateLimitResult(l)), d.limiters.map((l) => l.name));
+}
+
+/**
+ * The header values for one decision (draft-ietf-httpapi-ratelimit-headers,
+ * -07 and later): every policy in RateLimit-Policy, the most restrictive
+ * limiter (the package's `binding`) in RateLimit and X-RateLimit-*.
+ */
 export function rateHeaders(decision, policy) {
-  const b = binding(decision.limiters);
-  const reset = String(ceilSeconds(b.resetAfterMs));
-  const h = {
-    'RateLimit-Policy': policy,
-    RateLimit: `"${b.name}";r=${b.remaining};t=${reset}`,
-    'X-RateLimit-Limit': String(b.limit),
-    'X-RateLimit-Remaining': String(b.remaining),
-    'X-RateLimit-Reset': reset,
-  };
-  if (!decision.allowed && decision.retryAfterMs >= 0) h['Retry-After'] = String(retryAfterSeconds(decision));
+  const d = asDecision(decision);
+  const b = d.binding;
+  const h = { ...b.headers({ name: d.names[d.limiters.indexOf(b)] }), 'RateLimit-Policy': policy };
+  delete h['Retry-After']; // the call's wait, not the binding limiter's
+  if (d.retryAfterSeconds !== null) h['Retry-After'] = String(d.retryAfterSeconds);
   return h;
 }
 
 /** Retry-After in whole seconds, rounded up and at least 1; null when it can never pass. */
 export function retryAfterSeconds(decision) {
-  return decision.retryAfterMs < 0 ? null : Math.max(1, ceilSeconds(decision.retryAfterMs));
+  return asDecision(decision).retryAfterSeconds;
 }
 
 /** The IP or CIDR list as a net.BlockList, for membership tests. */

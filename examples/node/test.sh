@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The Node recipe's tests: npm ci into node_modules/, then node:test against a
+# The Node recipe's tests: builds the valkey-ratelimit package (clients/node),
+# npm ci into node_modules/, then node:test against a
 # real valkey-server with the module. Exit 0 passed, 77 skipped, else failed.
 set -u
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -9,6 +10,14 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then echo "SKIP:
 major="$(node -p 'process.versions.node.split(".")[0]')"
 if [ "$major" -lt 20 ]; then echo "SKIP: Node 20 or newer needed (found $(node --version))"; exit 77; fi
 valkey_require || exit 77
+
+# The valkey-ratelimit package (clients/node), built: a file: dependency.
+pkg="$here/../../clients/node"
+if ! [ -x "$pkg/node_modules/.bin/tsc" ]; then
+  echo "installing clients/node's build tools (npm ci)"
+  (cd "$pkg" && npm ci --no-audit --no-fund --loglevel=error) || { echo "SKIP: npm ci failed in clients/node (is the npm registry reachable?)"; exit 77; }
+fi
+(cd "$pkg" && npm run --silent build) || { echo "clients/node: build failed"; exit 1; }
 
 cd "$here" || exit 1
 # Reinstalled only when package-lock.json changes.

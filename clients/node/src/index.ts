@@ -1,0 +1,13 @@
+export { RateLimitClient, LeaseDeniedError, recommendedOptions } from './client.js';
+export type { ValkeyLike, ClientOptions, AllEntry, CellResult } from './client.js';
+export { RateLimitResult, AllResult } from './result.js';
+export type { RateLimitHeaders, HeaderOptions } from './result.js';
+export type { Duration, Limiter, TokenBucket, Window, SlidingLog, Gcra, PolicyRef, CallOptions } from './limiters.js';
+export { sameSlot } from './limiters.js';
+export {
+  RateLimitError, RateLimitServerError, RateLimitUnavailableError, RateLimitTimeoutError, RateLimitReplyError, isUnavailable,
+} from './errors.js';
+export { ValkeyStore } from './express.js';
+export type { ValkeyStoreOptions } from './express.js';
+export { RateLimiterValkey, RateLimiterRes, RateLimiterUnion, RateLimiterQueue, RateLimiterQueueError } from './flexible.js';
+export type { RateLimiterValkeyOptions } from './flexible.js';

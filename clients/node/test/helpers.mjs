@@ -1,0 +1,27 @@
+// Shared by the tests: the server test.sh started, connections of both
+// client libraries, unique keys.
+import { randomUUID } from 'node:crypto';
+import Valkey from 'iovalkey';
+import Redis from 'ioredis';
+
+const [host, port] = (process.env.RL_TEST_VALKEY_ADDR ?? '').split(':');
+if (!port) throw new Error('RL_TEST_VALKEY_ADDR is not set: run the tests with clients/node/test.sh');
+export const server = { host, port: Number(port) };
+
+/** The client libraries the package supports: the same tests run on each. */
+export const libraries = [
+  ['iovalkey', Valkey],
+  ['ioredis', Redis],
+];
+
+/** A connection of `Lib` to the test server (closed by the caller). */
+export async function connect(Lib = Valkey, options = {}) {
+  const c = new Lib({ ...server, lazyConnect: true, ...options });
+  await c.connect();
+  return c;
+}
+
+/** A key no other test uses. */
+export const uniq = (name = 'k') => `test:${name}:${randomUUID().slice(0, 8)}`;
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
