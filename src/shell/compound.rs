@@ -84,15 +84,13 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     }
     let (mut compound, effects) = policy::decide_all(&policies, &states, now, options.request());
     drop(states);
-    let mut locked = Vec::new();
-    let mut locks = vec![false; numkeys];
+    // The limiters a LOCKOUT locked, by index: empty (no allocation) but
+    // when a lock happens.
+    let mut locked: Vec<usize> = Vec::new();
     if may_write {
-        for (((key, effect), name), locks) in
-            keys.iter_mut().zip(effects).zip(names).zip(&mut locks)
-        {
+        for (i, ((key, effect), name)) in keys.iter_mut().zip(effects).zip(names).enumerate() {
             if matches!(effect, Some(Effect::Replace(Limiter::Locked(_)))) {
-                locked.push(*name);
-                *locks = true;
+                locked.push(i);
             }
             if let (Some(effect), Some(key)) = (effect, key.as_mut()) {
                 if let Err(message) = replication::commit(ctx, key, *name, effect) {
@@ -106,16 +104,16 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
             controls::on_denied(ctx, *name, !may_write);
         }
     }
-    for name in locked {
-        controls::on_locked(ctx, name);
+    for &i in &locked {
+        controls::on_locked(ctx, names[i]);
     }
     let shadow = !compound.allowed && controls::shadow();
-    for ((id, outcome), locked) in policy_ids.iter().zip(&compound.outcomes).zip(&locks) {
+    for (i, (id, outcome)) in policy_ids.iter().zip(&compound.outcomes).enumerate() {
         let counted = policy_stats::Counted {
             allowed: compound.allowed || shadow,
             denied: !outcome.allowed,
             shadow,
-            locked: *locked,
+            locked: locked.contains(&i),
         };
         policy_stats::record(*id, !may_write, counted);
     }
