@@ -90,6 +90,10 @@ def test_the_limit_holds_exactly_then_recovers(app_url: str) -> None:
         statuses = [s for batch in pool.map(burst, [url] * CLIENTS) for s in batch]
     assert statuses.count(200) == LIMIT, statuses
     assert statuses.count(429) == CLIENTS * REQUESTS_EACH - LIMIT
+    # A full sliding counter frees a hit period / limit after its window ends:
+    # more than one period away this early in the window, which limits' reset
+    # formula cannot express (see the storage's get_sliding_window).
+    time.sleep(max(0.0, 2 * PERIOD / LIMIT - time.time() % PERIOD))
 
     status, headers = get(url)
     assert status == 429

@@ -112,12 +112,47 @@ def moving_window(reply: Any) -> tuple[float, int]:
 
 def sliding_window(reply: Any) -> tuple[int, float, int, float]:
     """``RL.INSPECT`` of a sliding window counter as ``limits`` wants it: (previous count, how long
-    it still weighs, current count, how long it weighs)."""
+    it still weighs, current count, how long it weighs).
+
+    The module allows a hit while ``estimate + cost <= limit`` exactly, where ``limits``' own
+    storages allow it while ``floor(estimate) + cost <= limit``; read raw, the two counts would
+    make ``limits`` report one unit too many as remaining and a reset up to ``period / limit``
+    too early (a ``Retry-After`` the next request does not meet). So the state is reported as
+    its equivalent under ``limits``' formulas: no previous count, a current count of
+    ``ceil(estimate)``, and a current expiry whose remainder modulo the period is the time until
+    one more hit fits (while the limiter is full) or until the current window ends (while it is
+    not). ``limits`` cannot express a reset more than one period away (its formula takes the
+    remainder modulo the period); that wait, at most ``period + period / limit``, is reported
+    as just under one period.
+    """
     state = parse_inspection(reply)
     if state is None or state["algorithm"] != "window-sliding":
         return 0, 0.0, 0, 0.0
-    ends_in = int(state["window_ends_in_ms"]) / 1000
-    return int(state["previous"]), ends_in, int(state["current"]), ends_in + int(state["period_ms"]) / 1000
+    limit, previous, current = int(state["limit"]), int(state["previous"]), int(state["current"])
+    period_ms, ends_in_ms = int(state["period_ms"]), int(state["window_ends_in_ms"])
+    # The module's integer estimate, times the period: the previous window weighs what is left of this one.
+    used = previous * ends_in_ms + current * period_ms
+    count = -(-used // period_ms)
+    full = used + period_ms > limit * period_ms
+    wait_ms = ready_in_ms(limit, previous, current, period_ms, ends_in_ms) if full else ends_in_ms
+    wait_ms = min(wait_ms, period_ms - 1)
+    return 0, 0.0, count, (period_ms + wait_ms) / 1000
+
+
+def ready_in_ms(limit: int, previous: int, current: int, period_ms: int, ends_in_ms: int) -> int:
+    """How long until one more hit fits, with no other traffic: as the module's ``retry_after_ms``."""
+
+    def fits_after(window_starts_in: int, weighing: int, room: int) -> int:
+        # Within a window that carries `weighing`, a hit fits from elapsed time e where
+        # weighing * (period - e) <= room * period.
+        if weighing == 0:
+            return window_starts_in
+        slack = min(room * period_ms // weighing, period_ms)
+        return window_starts_in + period_ms - slack
+
+    if current + 1 <= limit:
+        return max(fits_after(ends_in_ms - period_ms, previous, limit - current - 1), 0)
+    return fits_after(ends_in_ms, current, limit - 1)
 
 
 def expiry_at(pttl: Any) -> float:
