@@ -96,6 +96,10 @@ fn inspect_reports_each_algorithm_without_writing() {
     assert_eq!(int(&field(&tb, "capacity")), 10);
     assert_eq!(int(&field(&tb, "refill_period_ms")), ONE_HOUR_MS);
     assert_eq!(int(&field(&tb, "tokens")), 7);
+    // The stored level, in 1/refill_period_ms of a token, at the last update.
+    let last = int(&field(&tb, "last_update_ms"));
+    assert!((last - now).abs() < 5_000, "{last} {now}");
+    assert_eq!(int(&field(&tb, "stored_level")) / ONE_HOUR_MS, 7);
 
     let g = fields(&mut con, "g");
     assert_eq!(string(&field(&g, "algorithm")), "gcra");

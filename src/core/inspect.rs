@@ -52,6 +52,13 @@ fn state(limiter: &Limiter, now: Millis) -> Inspection {
             (c"refill_amount", count(bucket.params.refill_amount)),
             (c"refill_period_ms", int(bucket.params.refill_period)),
             (c"tokens", count(limiter.peek(now).remaining)),
+            // What is stored, exactly: the level is kept in 1/refill_period_ms
+            // of a token, so that refilling never rounds.
+            (c"last_update_ms", int(bucket.last)),
+            (
+                c"stored_level",
+                Field::Int(i64::try_from(bucket.level()).unwrap_or(i64::MAX)),
+            ),
         ],
         Limiter::FixedWindow(w) => window(w.at(now), false, now),
         Limiter::SlidingWindow(w) => window(w.at(now), true, now),
@@ -165,5 +172,24 @@ mod tests {
         // Two windows later nothing is left.
         let fields = inspect(&limiter, Millis(7_000));
         assert_eq!(value(&fields, c"previous"), Field::Int(0));
+    }
+
+    #[test]
+    fn token_bucket_reports_its_exact_stored_level() {
+        use crate::core::token_bucket::{TokenBucket, TokenBucketParams};
+        let params = TokenBucketParams {
+            capacity: 10,
+            refill_amount: 3,
+            refill_period: Millis(1000),
+        };
+        // 2.5 tokens stored at t=4000: 2,500 thousandths.
+        let limiter = Limiter::TokenBucket(TokenBucket::new(params, Millis(4_000), 2_500));
+        let fields = inspect(&limiter, Millis(4_100));
+        assert_eq!(value(&fields, c"last_update_ms"), Field::Int(4_000));
+        assert_eq!(value(&fields, c"stored_level"), Field::Int(2_500));
+        // 100 ms later 300 thousandths more: 2.8, two whole tokens.
+        assert_eq!(value(&fields, c"tokens"), Field::Int(2));
+        let fields = inspect(&limiter, Millis(4_167));
+        assert_eq!(value(&fields, c"tokens"), Field::Int(3));
     }
 }

@@ -125,6 +125,15 @@ def test_peek_inspect_refund(limiter: RateLimiter) -> None:
     assert refund is not None and refund.refunded == 3 and refund.remaining == 8
     state = limiter.inspect("r")
     assert state is not None and state["algorithm"] == "tokenbucket" and state["tokens"] == 8
+    assert state["stored_level"] // state["refill_period_ms"] == 8 and state["last_update_ms"] > 0
+    limiter.client.execute_command("RL.WINDOW", "cal", 5, "month", "TZ", "Europe/Berlin", "ANCHOR", 31)
+    month = limiter.inspect("cal")
+    assert month is not None and (month["algorithm"], month["zone"], month["anchor"]) == (
+        "calendar-window",
+        "Europe/Berlin",
+        31,
+    )
+    assert month["current"] == 1 and 0 < month["period_ends_in_ms"] <= 31 * 86_400_000
 
 
 def test_leases_and_hold(limiter: RateLimiter) -> None:

@@ -226,7 +226,16 @@ def parse_inspection(reply: Any) -> dict[str, Any] | None:
 
 
 INSPECT_FIELDS: dict[str, tuple[str, ...]] = {
-    "tokenbucket": ("algorithm", "capacity", "refill_amount", "refill_period_ms", "tokens", "locked_until_ms"),
+    "tokenbucket": (
+        "algorithm",
+        "capacity",
+        "refill_amount",
+        "refill_period_ms",
+        "tokens",
+        "last_update_ms",
+        "stored_level",
+        "locked_until_ms",
+    ),
     "window": ("algorithm", "limit", "period_ms", "window_start_ms", "window_ends_in_ms", "current", "locked_until_ms"),
     "window-sliding": (
         "algorithm",
@@ -241,4 +250,15 @@ INSPECT_FIELDS: dict[str, tuple[str, ...]] = {
     "slidinglog": ("algorithm", "limit", "period_ms", "count", "entries", "oldest_ms", "newest_ms", "locked_until_ms"),
     "gcra": ("algorithm", "burst", "rate", "period_ms", "tat_ms", "locked_until_ms"),
     "lease": ("algorithm", "limit", "in_use", "leases", "locked_until_ms"),
+    "calendar-window": (
+        "algorithm",
+        "limit",
+        "unit",
+        "anchor",
+        "zone",
+        "period_start_ms",
+        "period_ends_in_ms",
+        "current",
+        "locked_until_ms",
+    ),
 }
