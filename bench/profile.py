@@ -43,6 +43,8 @@ CASES = [
     ("CL.THROTTLE", ["CL.THROTTLE", "cl:__rand_int__", "999999", "1000", "1"]),
     ("RL.ALL, two limiters", ["RL.ALL", "2", "a1:{__rand_int__}", "a2:{__rand_int__}",
                               "TOKENBUCKET", "1000000", "1000", "1s", "WINDOW", "1000000", "1m"]),
+    ("RL.ALL, two policies", ["RL.ALL", "2", "p1:{__rand_int__}", "p2:{__rand_int__}",
+                              "POLICY", "bucket", "POLICY", "minute"]),
     ("RL.PEEK", ["RL.PEEK", "fw:__rand_int__"]),
     ("RL.LIMIT, window policy", ["RL.LIMIT", "lw:__rand_int__", "win"]),
     ("RL.LIMIT BRIEF, window policy", ["RL.LIMIT", "lb:__rand_int__", "win", "BRIEF"]),
@@ -63,6 +65,7 @@ CASES = [
 POLICIES = [
     ["RL.POLICY.SET", "win", "WINDOW", "1000000", "1h"],
     ["RL.POLICY.SET", "bucket", "TOKENBUCKET", "1000000", "1000", "1s"],
+    ["RL.POLICY.SET", "minute", "WINDOW", "1000000", "1m"],
 ]
 
 # Each case twice: as on a server whose effects something may read (a

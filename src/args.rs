@@ -3,10 +3,12 @@
 
 mod calendar;
 
+use std::fmt::{self, Display};
+
 use crate::core::calendar_window::CalendarParams;
 use crate::core::gcra::{GcraParams, Interval, ParamError};
 use crate::core::lease::{LeaseId, LeaseParams, MAX_LEASE_LIMIT};
-use crate::core::policy::{Policy, Request};
+use crate::core::policy::{PerLimiter, Policy, Request};
 use crate::core::sliding_log::LogParams;
 use crate::core::token_bucket::TokenBucketParams;
 use crate::core::window::WindowParams;
@@ -39,8 +41,25 @@ const LEASE_LIMIT_RANGE: &str = "an integer from 1 to 100000";
 const LEASE_COST_RANGE: &str = "an integer from 0 to 100000 for a lease";
 const DURATION_RANGE: &str = "a duration from 1ms to 3650d: an integer with an optional unit ms, s, m, h or d (a bare integer is seconds)";
 
-fn must_be(name: &str, what: &str) -> ArgError {
+fn must_be(name: impl Display, what: &str) -> ArgError {
     ArgError(format!("ERR {name} must be {what}"))
+}
+
+/// A parameter's name in errors: "limit", or "limit of limiter 2" in RL.ALL.
+/// Formatted only when an error is built: the good path never allocates it.
+#[derive(Clone, Copy)]
+struct Param {
+    name: &'static str,
+    limiter: Option<usize>,
+}
+
+impl Display for Param {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.limiter {
+            Some(n) => write!(f, "{} of limiter {n}", self.name),
+            None => f.write_str(self.name),
+        }
+    }
 }
 
 pub fn parse_u64(text: &[u8]) -> Option<u64> {
@@ -53,7 +72,7 @@ pub fn parse_u64(text: &[u8]) -> Option<u64> {
     })
 }
 
-fn count(text: &[u8], name: &str) -> Result<u64, ArgError> {
+fn count(text: &[u8], name: impl Display) -> Result<u64, ArgError> {
     parse_u64(text)
         .filter(|n| (1..=MAX_COUNT).contains(n))
         .ok_or_else(|| must_be(name, COUNT_RANGE))
@@ -83,7 +102,7 @@ pub fn parse_duration(text: &[u8]) -> Option<Millis> {
         .filter(|ms| (MIN_PERIOD..=MAX_PERIOD).contains(ms))
 }
 
-fn duration(text: &[u8], name: &str) -> Result<Millis, ArgError> {
+fn duration(text: &[u8], name: impl Display) -> Result<Millis, ArgError> {
     parse_duration(text).ok_or_else(|| must_be(name, DURATION_RANGE))
 }
 
@@ -366,7 +385,7 @@ pub fn lease_ttl(text: &[u8]) -> Result<Millis, ArgError> {
     duration(text, "ttl")
 }
 
-fn gcra_params(params: GcraParams, burst_name: &str) -> Result<GcraParams, ArgError> {
+fn gcra_params(params: GcraParams, burst_name: impl Display) -> Result<GcraParams, ArgError> {
     match params.check() {
         Ok(()) => Ok(params),
         Err(ParamError::RateTooHigh) => Err(ArgError(
@@ -438,23 +457,30 @@ pub type PolicyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<(Policy, u64)>;
 
 /// RL.ALL's arguments: numkeys, the limiters in key order, for each the id
 /// of the stored policy it names (if it names one), and the options.
-pub type AllArgs = (usize, Vec<Policy>, Vec<Option<u64>>, Options);
+pub type AllArgs = (usize, PerLimiter<Policy>, PerLimiter<Option<u64>>, Options);
 
 fn is_algorithm_name(word: &[u8]) -> bool {
-    ["TOKENBUCKET", "WINDOW", "SLIDINGLOG", "GCRA"]
-        .iter()
-        .any(|name| word.eq_ignore_ascii_case(name.as_bytes()))
+    // By length first: RL.ALL asks this of every word after the keys.
+    let name: &[u8] = match word.len() {
+        11 => b"TOKENBUCKET",
+        6 => b"WINDOW",
+        10 => b"SLIDINGLOG",
+        4 => b"GCRA",
+        _ => return false,
+    };
+    word.eq_ignore_ascii_case(name)
 }
 
 /// One limiter at `i` (its algorithm word first): the policy and how many
-/// words it took. `name` labels a parameter in errors; `lacking` is the
+/// words it took. `limiter` numbers it in errors (RL.ALL); `lacking` is the
 /// error when the command ends too soon.
 fn limiter_at(
     args: &(impl Args + ?Sized),
     i: usize,
-    name: &dyn Fn(&str) -> String,
+    limiter: Option<usize>,
     lacking: &dyn Fn() -> ArgError,
 ) -> Result<(Policy, usize), ArgError> {
+    let name = |name: &'static str| Param { name, limiter };
     let word = args.get(i);
     let positional = |j: usize| -> Result<&[u8], ArgError> {
         if i + j < args.count() {
@@ -468,13 +494,13 @@ fn limiter_at(
     };
     let (policy, used) = if word.eq_ignore_ascii_case(b"TOKENBUCKET") {
         let params = TokenBucketParams {
-            capacity: count(positional(1)?, &name("capacity"))?,
-            refill_amount: count(positional(2)?, &name("refill_amount"))?,
-            refill_period: duration(positional(3)?, &name("refill_period"))?,
+            capacity: count(positional(1)?, name("capacity"))?,
+            refill_amount: count(positional(2)?, name("refill_amount"))?,
+            refill_period: duration(positional(3)?, name("refill_period"))?,
         };
         (Policy::TokenBucket(params), 4)
     } else if word.eq_ignore_ascii_case(b"WINDOW") && calendar::unit(positional(2)?).is_some() {
-        let limit = count(positional(1)?, &name("limit"))?;
+        let limit = count(positional(1)?, name("limit"))?;
         let (calendar, used) = calendar::calendar_at(args, i + 2)?;
         if flag_at(2 + used, "SLIDING") {
             return Err(sliding_calendar());
@@ -483,15 +509,15 @@ fn limiter_at(
         (policy, 2 + used)
     } else if word.eq_ignore_ascii_case(b"WINDOW") {
         let params = WindowParams {
-            limit: count(positional(1)?, &name("limit"))?,
-            period: duration(positional(2)?, &name("period"))?,
+            limit: count(positional(1)?, name("limit"))?,
+            period: duration(positional(2)?, name("period"))?,
         };
         let sliding = flag_at(3, "SLIDING");
         (Policy::Window { params, sliding }, 3 + usize::from(sliding))
     } else if word.eq_ignore_ascii_case(b"SLIDINGLOG") {
         let params = LogParams {
-            limit: count(positional(1)?, &name("limit"))?,
-            period: duration(positional(2)?, &name("period"))?,
+            limit: count(positional(1)?, name("limit"))?,
+            period: duration(positional(2)?, name("period"))?,
         };
         let count_denied = flag_at(3, "COUNTDENIED");
         let policy = Policy::SlidingLog {
@@ -501,12 +527,12 @@ fn limiter_at(
         (policy, 3 + usize::from(count_denied))
     } else {
         let params = GcraParams {
-            limit: count(positional(1)?, &name("burst"))?,
-            rate: count(positional(2)?, &name("rate"))?,
-            period: duration(positional(3)?, &name("period"))?,
+            limit: count(positional(1)?, name("burst"))?,
+            rate: count(positional(2)?, name("rate"))?,
+            period: duration(positional(3)?, name("period"))?,
             interval: Interval::RoundUp,
         };
-        (Policy::Gcra(gcra_params(params, &name("burst"))?), 4)
+        (Policy::Gcra(gcra_params(params, name("burst"))?), 4)
     };
     Ok((policy, used))
 }
@@ -538,7 +564,7 @@ pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<Policy, ArgError
             "ERR a policy must start with TOKENBUCKET, WINDOW, SLIDINGLOG or GCRA, not {found}: {POLICY_SET_USAGE}"
         )));
     }
-    let (policy, used) = limiter_at(args, 0, &|field| field.to_string(), &|| {
+    let (policy, used) = limiter_at(args, 0, None, &|| {
         ArgError(format!(
             "ERR the policy ({}) lacks arguments: {POLICY_SET_USAGE}",
             quoted(args.get(0))
@@ -597,8 +623,8 @@ pub fn all(
             args.count() - 1
         )));
     }
-    let mut policies = Vec::with_capacity(numkeys);
-    let mut ids = Vec::with_capacity(numkeys);
+    let mut policies = PerLimiter::with_capacity(numkeys);
+    let mut ids = PerLimiter::with_capacity(numkeys);
     let mut i = 1 + numkeys;
     let is_policy = |word: &[u8]| word.eq_ignore_ascii_case(b"POLICY");
     while i < args.count() && (is_algorithm_name(args.get(i)) || is_policy(args.get(i))) {
@@ -631,12 +657,7 @@ pub fn all(
             (policy, 2)
         } else {
             ids.push(None);
-            limiter_at(
-                args,
-                i,
-                &|field| format!("{field} of limiter {n}"),
-                &lacking,
-            )?
+            limiter_at(args, i, Some(n), &lacking)?
         };
         policies.push(policy);
         i += used;

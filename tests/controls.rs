@@ -303,7 +303,7 @@ fn command_docs_list_every_argument() {
         ("rl.unlock", &["key"]),
         ("rl.peek", &["key"]),
         ("rl.inspect", &["key"]),
-        ("rl.apply", &["key", "effect"]),
+        ("rl.apply", &["data"]),
         (
             "rl.lease",
             &["key", "limit", "ttl", "cost", "dryrun", "timeout"],

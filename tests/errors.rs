@@ -551,3 +551,76 @@ fn rl_apply_refuses_garbage() {
     );
     server.assert_alive();
 }
+
+/// RL.ALL queues its changes as one `RL.APPLY key effect key effect`; that
+/// entry rebuilds both limiters exactly, and a bad pair in it writes nothing.
+#[test]
+fn rl_all_propagates_one_apply_of_pairs() {
+    let aof = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = aof.conn();
+    let keys = ["a:{all}", "b:{all}", "c:{all}"];
+    let call = argv![
+        "RL.ALL",
+        3,
+        keys[0],
+        keys[1],
+        keys[2],
+        "TOKENBUCKET",
+        10,
+        1,
+        "1h",
+        "WINDOW",
+        10,
+        "1h",
+        "SLIDINGLOG",
+        10,
+        "1h",
+        "COST",
+        2
+    ];
+    q(&mut con, &call);
+    let digests: Vec<String> = keys.iter().map(|k| digest(&mut con, k)).collect();
+    let applies: Vec<Vec<Vec<u8>>> = aof_files(aof.dir())
+        .iter()
+        .flat_map(|f| aof_commands(f))
+        .filter(|argv| argv[0].eq_ignore_ascii_case(b"RL.APPLY"))
+        .collect();
+    drop(con);
+    drop(aof);
+    assert_eq!(applies.len(), 1, "one entry for the call: {applies:?}");
+    let entry = &applies[0];
+    let named: Vec<&[u8]> = entry[1..].iter().step_by(2).map(|k| &k[..]).collect();
+    assert_eq!(named, keys.map(str::as_bytes), "keys in order");
+
+    let mut server = Server::start();
+    let mut con = server.conn();
+    let mut replay = redis::cmd("RL.APPLY");
+    for arg in &entry[1..] {
+        replay.arg(&arg[..]);
+    }
+    assert_eq!(raw_cmd(&mut con, &replay), Value::Okay);
+    let replayed: Vec<String> = keys.iter().map(|k| digest(&mut con, k)).collect();
+    assert_eq!(replayed, digests, "the entry rebuilds every limiter");
+
+    q(&mut con, &argv!["FLUSHALL"]);
+    let mut broken = redis::cmd("RL.APPLY");
+    broken
+        .arg(&entry[1][..])
+        .arg(&entry[2][..])
+        .arg(&entry[3][..])
+        .arg("garbage");
+    let e = error_of(&raw_cmd(&mut con, &broken)).expect("a bad pair is refused");
+    assert!(e.contains("payload is invalid"), "{e}");
+    for key in keys {
+        assert_eq!(
+            int(&q(&mut con, &argv!["EXISTS", key])),
+            0,
+            "{key} written by a refused RL.APPLY"
+        );
+    }
+    let mut odd = redis::cmd("RL.APPLY");
+    odd.arg(&entry[1][..]).arg(&entry[2][..]).arg(&entry[3][..]);
+    let e = error_of(&raw_cmd(&mut con, &odd)).expect("a key without an effect is refused");
+    assert!(e.contains("wrong number of arguments"), "{e}");
+    server.assert_alive();
+}

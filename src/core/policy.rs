@@ -233,8 +233,12 @@ pub struct Compound {
     pub retry_after: RetryAfter,
     /// What every limiter consumed (with PARTIAL, the least any could give).
     pub granted: u64,
-    pub outcomes: Vec<Outcome>,
+    pub outcomes: PerLimiter<Outcome>,
 }
+
+/// One entry per limiter of an RL.ALL call: inline up to four, the common
+/// case, so deciding allocates nothing.
+pub type PerLimiter<T> = smallvec::SmallVec<[T; 4]>;
 
 /// One request against several limiters, all or nothing: the effects are
 /// returned (in order, one per limiter) only when every limiter allows it.
@@ -249,7 +253,7 @@ pub fn decide_all(
     states: &[Option<&Limiter>],
     now: Millis,
     request: Request,
-) -> (Compound, Vec<Option<Effect>>) {
+) -> (Compound, PerLimiter<Option<Effect>>) {
     let mut request = request;
     if request.partial && request.cost > 0 {
         let there = policies
@@ -265,7 +269,7 @@ pub fn decide_all(
         request.cost = request.cost.min(there).max(1);
         request.partial = false;
     }
-    let decisions: Vec<Decision> = policies
+    let decisions: PerLimiter<Decision> = policies
         .iter()
         .zip(states)
         .map(|(p, s)| p.decide_request(*s, now, request))
@@ -278,8 +282,8 @@ pub fn decide_all(
             (RetryAfter::After(a), RetryAfter::After(b)) => RetryAfter::After(a.max(b)),
         },
     );
-    let mut outcomes = Vec::with_capacity(policies.len());
-    let mut effects = Vec::with_capacity(policies.len());
+    let mut outcomes = PerLimiter::with_capacity(policies.len());
+    let mut effects = PerLimiter::with_capacity(policies.len());
     for ((policy, state), decision) in policies.iter().zip(states).zip(decisions) {
         if allowed || !decision.outcome.allowed {
             outcomes.push(decision.outcome);

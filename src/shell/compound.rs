@@ -11,7 +11,7 @@ use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
 use super::{controls, metrics, policy_stats, replication};
 use crate::args;
 use crate::core::limiter::{Effect, Limiter};
-use crate::core::policy::{self, Policy};
+use crate::core::policy::{self, PerLimiter, Policy};
 use crate::core::slot;
 use crate::core::{Millis, RetryAfter};
 
@@ -62,12 +62,12 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     }
     // A peek or dry run opens every key read-only: it cannot create or touch them.
     let may_write = !options.dry_run && options.cost > 0;
-    let mut keys: Vec<Option<Key>> = names
+    let mut keys: PerLimiter<Option<Key>> = names
         .iter()
         .map(|name| Key::open(ctx, *name, may_write))
         .collect();
     let now = ffi::now();
-    let mut states: Vec<Option<&Limiter>> = Vec::with_capacity(numkeys);
+    let mut states: PerLimiter<Option<&Limiter>> = PerLimiter::with_capacity(numkeys);
     for ((key, policy), name) in keys.iter_mut().zip(&policies).zip(names) {
         let slot = match key.as_mut() {
             Some(key) => key.get::<Limiter>(raw_type()),
@@ -88,15 +88,18 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     // when a lock happens.
     let mut locked: Vec<usize> = Vec::new();
     if may_write {
-        for (i, ((key, effect), name)) in keys.iter_mut().zip(effects).zip(names).enumerate() {
+        for (i, effect) in effects.iter().enumerate() {
             if matches!(effect, Some(Effect::Replace(Limiter::Locked(_)))) {
                 locked.push(i);
             }
-            if let (Some(effect), Some(key)) = (effect, key.as_mut()) {
-                if let Err(message) = replication::commit(ctx, key, *name, effect) {
-                    return fail(ctx, message);
-                }
-            }
+        }
+        let changes = keys
+            .iter_mut()
+            .zip(effects)
+            .zip(names)
+            .filter_map(|((key, effect), name)| Some((key.as_mut()?, *name, effect?)));
+        if let Err(message) = replication::commit_all(ctx, changes) {
+            return fail(ctx, message);
         }
     }
     for (outcome, name) in compound.outcomes.iter_mut().zip(names) {
@@ -134,7 +137,7 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         };
         return ffi::reply_integer(ctx, value);
     }
-    let items: Vec<_> = compound.outcomes.iter().map(fields).collect();
+    let items: PerLimiter<_> = compound.outcomes.iter().map(fields).collect();
     let granted = options.partial.then_some(compound.granted as i64);
     ffi::reply_compound(
         ctx,

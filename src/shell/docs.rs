@@ -225,7 +225,12 @@ pub const RELEASE: &[Arg] = &[key(), arg(c"lease_id", Kind::Text)];
 pub const EXTEND: &[Arg] = &[key(), arg(c"lease_id", Kind::Text), duration(c"ttl")];
 pub const REFUND: &[Arg] = &[key(), int(c"amount")];
 pub const KEY_ONLY: &[Arg] = &[key()];
-pub const APPLY: &[Arg] = &[key(), arg(c"effect", Kind::Text)];
+/// As MSET's `data`: one or more key and effect pairs.
+pub const APPLY: &[Arg] = &[Arg {
+    flags: MULTIPLE,
+    sub: &[key(), arg(c"effect", Kind::Text)],
+    ..arg(c"data", Kind::Block)
+}];
 
 /// The server's array for a list of arguments, with its zeroed terminator,
 /// and the arrays of their sub-arguments, which it points into. Owned:

@@ -129,7 +129,11 @@ pub fn reply_values(ctx: Ctx, fields: &[(&CStr, Value)]) -> c_int {
 /// A map of `fields` under RESP3 (names as simple strings), the values in
 /// order under RESP2; `value` replies one value.
 fn reply_named<T>(ctx: Ctx, fields: &[(&CStr, T)], value: impl Fn(&T)) -> c_int {
-    let resp3 = is_resp3(ctx);
+    reply_named_in(ctx, is_resp3(ctx), fields, value)
+}
+
+/// `reply_named` when the protocol is already known (RL.ALL asks once).
+fn reply_named_in<T>(ctx: Ctx, resp3: bool, fields: &[(&CStr, T)], value: impl Fn(&T)) -> c_int {
     // SAFETY: ctx is live; names are static NUL-terminated strings.
     unsafe {
         if resp3 {
@@ -183,7 +187,10 @@ pub fn reply_compound(
         raw::RedisModule_ReplyWithArray.unwrap()(ctx, limiters.len() as _);
     }
     for fields in limiters {
-        reply_fields(ctx, fields);
+        reply_named_in(ctx, resp3, fields, |n| {
+            // SAFETY: ctx is the live command context.
+            unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *n) };
+        });
     }
     raw::Status::Ok as c_int
 }
@@ -440,6 +447,37 @@ pub fn replicate(ctx: Ctx, command: &CStr, key: Str, blob: &[u8]) -> bool {
         )
     };
     status == raw::Status::Ok as c_int
+}
+
+/// Queues `command key blob [key blob ...]` for replicas and the AOF, in one
+/// entry: RL.ALL's changes, which share a slot, cost one propagation. None
+/// when there are more pairs than the varargs forms below (the caller then
+/// queues them one by one).
+pub fn replicate_pairs(ctx: Ctx, command: &CStr, pairs: &[(Str, &[u8])]) -> Option<bool> {
+    // One varargs call per pair count: "sb" per pair, a RedisModuleString
+    // then a (pointer, length) buffer.
+    macro_rules! replicate {
+        ($format:expr, $($i:literal),+) => {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx,
+                command.as_ptr(),
+                $format.as_ptr(),
+                $(pairs[$i].0, pairs[$i].1.as_ptr(), pairs[$i].1.len()),+
+            )
+        };
+    }
+    // SAFETY: the API table is set once at load, before any command runs;
+    // the server copies every string and buffer before it returns.
+    let status = unsafe {
+        match pairs.len() {
+            1 => replicate!(c"sb", 0),
+            2 => replicate!(c"sbsb", 0, 1),
+            3 => replicate!(c"sbsbsb", 0, 1, 2),
+            4 => replicate!(c"sbsbsbsb", 0, 1, 2, 3),
+            _ => return None,
+        }
+    };
+    Some(status == raw::Status::Ok as c_int)
 }
 
 /// Queues the client's own command for replicas and the AOF (and counts a

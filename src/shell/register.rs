@@ -43,6 +43,8 @@ enum Keys {
     Counted,
     /// No keys: node-wide data (stored policies).
     Keyless,
+    /// `key value [key value ...]` from argument 1 (RL.APPLY).
+    Pairs,
 }
 
 /// Read-modify-write of the key, whose value the reply reveals.
@@ -69,6 +71,12 @@ fn key_spec(flags: u32, keys: Keys) -> Box<[raw::RedisModuleCommandKeySpec; 2]> 
             spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
             spec.fk.range.lastkey = 0;
             spec.fk.range.keystep = 1;
+            spec.fk.range.limit = 0;
+        }
+        Keys::Pairs => {
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            spec.fk.range.lastkey = -1;
+            spec.fk.range.keystep = 2;
             spec.fk.range.limit = 0;
         }
         Keys::Counted => {
@@ -190,7 +198,7 @@ fn extend_handler(ctx: Ctx, argv: &[Str]) -> c_int {
 }
 
 fn apply_handler(ctx: Ctx, argv: &[Str]) -> c_int {
-    if argv.len() != 3 {
+    if argv.len() < 3 || argv.len().is_multiple_of(2) {
         return ffi::reply_error(ctx, "ERR wrong number of arguments for 'rl.apply' command");
     }
     replication::apply_command(ctx, argv)
@@ -486,13 +494,13 @@ static COMMANDS: [Spec; 22] = [
         entry: apply_entry,
         // admin: only replication, AOF loading and administrators run it.
         flags: c"write deny-oom admin",
-        arity: 3,
-        summary: c"Internal: applies a limiter change propagated by the RL commands (replication and AOF).",
+        arity: -3,
+        summary: c"Internal: applies the limiter changes propagated by the RL commands (replication and AOF): one key and effect, or one pair per key an RL.ALL call changed.",
         complexity: c"O(1), or O(N) for a whole sliding log of N entries (AOF rewrite).",
         since: SINCE_0_1_0,
         acl_categories: None,
         key_flags: KEY_APPLY,
-        keys: Keys::First,
+        keys: Keys::Pairs,
         args: docs::APPLY,
     },
 ];
@@ -658,18 +666,19 @@ fn register(ctx: Ctx, spec: &Spec) -> Result<(), String> {
         let name = spec.name.to_string_lossy();
         // The legacy (first, last, step) triple cannot describe numkeys
         // commands; their key spec alone does (the server derives the rest).
-        let legacy = match spec.keys {
-            Keys::First => 1,
-            Keys::Counted | Keys::Keyless => 0,
+        let (first, last, step) = match spec.keys {
+            Keys::First => (1, 1, 1),
+            Keys::Pairs => (1, -1, 2),
+            Keys::Counted | Keys::Keyless => (0, 0, 0),
         };
         let created = raw::RedisModule_CreateCommand.unwrap()(
             ctx,
             spec.name.as_ptr(),
             Some(spec.entry),
             spec.flags.as_ptr(),
-            legacy,
-            legacy,
-            legacy,
+            first,
+            last,
+            step,
         );
         if created != raw::Status::Ok as c_int {
             return Err(format!("could not create {name}"));

@@ -12,6 +12,7 @@ use super::ffi::{self, Ctx, Key, Slot, Str};
 use super::propagation;
 use crate::core::codec;
 use crate::core::limiter::{ApplyError, Effect, Limiter};
+use crate::core::policy::PerLimiter;
 
 /// Internal: flagged admin, so only users granted @admin (or the replication
 /// link and AOF loading, which run unchecked) may call it.
@@ -105,22 +106,94 @@ pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<
     })
 }
 
-/// `RL.APPLY key effect`: what replicas and the AOF execute. Deterministic,
-/// so it is passed on verbatim (to sub-replicas and this node's AOF).
-pub fn apply_command(ctx: Ctx, argv: &[Str]) -> c_int {
-    let Some(effect) = codec::decode_effect(ffi::bytes(argv[2])) else {
-        return ffi::reply_error(
-            ctx,
-            "ERR RL.APPLY payload is invalid or from a newer version",
-        );
-    };
-    let Some(mut key) = Key::open(ctx, argv[1], true) else {
-        return ffi::reply_error(ctx, "ERR could not open the key for writing");
-    };
-    if let Err(message) = apply(&mut key, effect) {
-        return ffi::reply_error(ctx, message);
+/// Commits the effects of one RL.ALL call, as `commit` does each, but queues
+/// them as `RL.APPLY key effect [key effect ...]` entries of up to four
+/// pairs: one propagation for a typical call instead of one per key. On an
+/// error, what was applied before it is still queued, so copies never miss a
+/// change the primary made.
+pub fn commit_all<'k>(
+    ctx: Ctx,
+    changes: impl Iterator<Item = (&'k mut Key, Str, Effect)>,
+) -> Result<(), &'static str> {
+    let build = propagation::needed(ctx) || super::blocking::serving();
+    // The effects are encoded one after another into the reused buffer; a
+    // batch remembers each one's key and where it ends.
+    EFFECT_BUFFER.with_borrow_mut(|blob| {
+        let mut batch: [(Str, usize); PAIRS_PER_ENTRY] =
+            [(std::ptr::null_mut(), 0); PAIRS_PER_ENTRY];
+        let mut queued = 0;
+        let mut outcome = Ok(());
+        blob.clear();
+        for (key, key_name, effect) in changes {
+            if build {
+                codec::encode_effect(&effect, blob);
+            }
+            if let Err(message) = apply(key, effect) {
+                outcome = Err(message);
+                break;
+            }
+            ffi::signal_modified(ctx, key_name);
+            super::blocking::key_changed(ctx, key_name);
+            batch[queued] = (key_name, blob.len());
+            queued += 1;
+            if queued == PAIRS_PER_ENTRY {
+                propagate_batch(ctx, build, &batch, blob);
+                queued = 0;
+                blob.clear();
+            }
+        }
+        if queued > 0 {
+            propagate_batch(ctx, build, &batch[..queued], blob);
+        }
+        outcome
+    })
+}
+
+/// The most pairs one queued RL.APPLY carries (`ffi::replicate_pairs`).
+const PAIRS_PER_ENTRY: usize = 4;
+
+/// Queues one RL.APPLY for `batch` (keys and where their effect ends in
+/// `blob`), or, where nothing reads effects, counts the change.
+fn propagate_batch(ctx: Ctx, build: bool, batch: &[(Str, usize)], blob: &[u8]) {
+    if !build {
+        ffi::replicate_verbatim(ctx);
+        return;
     }
-    ffi::signal_modified(ctx, argv[1]);
+    let mut pairs: [(Str, &[u8]); PAIRS_PER_ENTRY] = [(std::ptr::null_mut(), &[]); PAIRS_PER_ENTRY];
+    let mut start = 0;
+    for (pair, &(key, end)) in pairs.iter_mut().zip(batch) {
+        *pair = (key, &blob[start..end]);
+        start = end;
+    }
+    if ffi::replicate_pairs(ctx, APPLY_COMMAND, &pairs[..batch.len()]) != Some(true) {
+        ffi::log_warning(ctx, c"ratelimit: the server refused to propagate rl.apply; replicas and the AOF miss a change");
+    }
+}
+
+/// `RL.APPLY key effect [key effect ...]`: what replicas and the AOF
+/// execute. Deterministic, so it is passed on verbatim (to sub-replicas and
+/// this node's AOF). Every payload is decoded before anything is applied,
+/// so a bad one writes nothing.
+pub fn apply_command(ctx: Ctx, argv: &[Str]) -> c_int {
+    let mut effects: PerLimiter<Effect> = PerLimiter::new();
+    for pair in argv[1..].chunks_exact(2) {
+        let Some(effect) = codec::decode_effect(ffi::bytes(pair[1])) else {
+            return ffi::reply_error(
+                ctx,
+                "ERR RL.APPLY payload is invalid or from a newer version",
+            );
+        };
+        effects.push(effect);
+    }
+    for (pair, effect) in argv[1..].chunks_exact(2).zip(effects) {
+        let Some(mut key) = Key::open(ctx, pair[0], true) else {
+            return ffi::reply_error(ctx, "ERR could not open the key for writing");
+        };
+        if let Err(message) = apply(&mut key, effect) {
+            return ffi::reply_error(ctx, message);
+        }
+        ffi::signal_modified(ctx, pair[0]);
+    }
     ffi::replicate_verbatim(ctx);
     ffi::reply_ok(ctx)
 }
