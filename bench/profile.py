@@ -49,6 +49,8 @@ CASES = [
     ("RL.LIMIT, window policy", ["RL.LIMIT", "lw:__rand_int__", "win"]),
     ("RL.LIMIT BRIEF, window policy", ["RL.LIMIT", "lb:__rand_int__", "win", "BRIEF"]),
     ("RL.LIMIT, token bucket policy", ["RL.LIMIT", "lt:__rand_int__", "bucket"]),
+    # The policy carries BRIEF: three arguments, the shortest call there is.
+    ("RL.LIMIT, window policy with BRIEF", ["RL.LIMIT", "lp:__rand_int__", "winbrief"]),
     # The denied-keys report (RL.TOPDENIED) costs nothing on the allowed path
     # and one sketch update per denial: the same calls with it off and on.
     ("RL.WINDOW, report off", ["RL.WINDOW", "fo:__rand_int__", "1000000", "1h"],
@@ -66,6 +68,7 @@ POLICIES = [
     ["RL.POLICY.SET", "win", "WINDOW", "1000000", "1h"],
     ["RL.POLICY.SET", "bucket", "TOKENBUCKET", "1000000", "1000", "1s"],
     ["RL.POLICY.SET", "minute", "WINDOW", "1000000", "1m"],
+    ["RL.POLICY.SET", "winbrief", "WINDOW", "1000000", "1h", "BRIEF"],
 ]
 
 # Each case twice: as on a server whose effects something may read (a

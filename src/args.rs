@@ -538,7 +538,7 @@ fn limiter_at(
 }
 
 /// What `RL.POLICY.SET` takes.
-pub const POLICY_SET_USAGE: &str = "RL.POLICY.SET name TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | WINDOW limit day|week|month|year [TZ zone] [ANCHOR day] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period";
+pub const POLICY_SET_USAGE: &str = "RL.POLICY.SET name TOKENBUCKET capacity refill_amount refill_period | WINDOW limit period [SLIDING] | WINDOW limit day|week|month|year [TZ zone] [ANCHOR day] | SLIDINGLOG limit period [COUNTDENIED] | GCRA burst rate period [BRIEF]";
 /// The longest policy name, in bytes.
 pub const MAX_POLICY_NAME: usize = 128;
 
@@ -551,9 +551,18 @@ pub fn policy_name(text: &[u8]) -> Result<&[u8], ArgError> {
     }
 }
 
+/// A stored policy: its limiter, and whether RL.LIMIT replies with BRIEF's
+/// one integer (so the shortest call, `RL.LIMIT key policy`, is also the
+/// cheapest reply).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PolicyDefinition {
+    pub policy: Policy,
+    pub brief: bool,
+}
+
 /// A stored policy's definition (`RL.POLICY.SET name` and what follows):
-/// one limiter as RL.ALL takes it, nothing after it.
-pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<Policy, ArgError> {
+/// one limiter as RL.ALL takes it, then `BRIEF` or nothing.
+pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<PolicyDefinition, ArgError> {
     if args.count() == 0 || !is_algorithm_name(args.get(0)) {
         let found = if args.count() == 0 {
             "the end of the command".to_string()
@@ -570,26 +579,40 @@ pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<Policy, ArgError
             quoted(args.get(0))
         ))
     })?;
+    let brief = used < args.count() && args.get(used).eq_ignore_ascii_case(b"BRIEF");
+    let used = used + usize::from(brief);
     if used < args.count() {
         return Err(ArgError(format!(
-            "ERR unexpected '{}' after the policy's parameters (COST, DRYRUN and the other options are given to RL.LIMIT)",
+            "ERR unexpected '{}' after the policy's parameters (a policy takes BRIEF; COST, DRYRUN and the other options are given to RL.LIMIT)",
             quoted(args.get(used))
         )));
     }
-    Ok(policy)
+    Ok(PolicyDefinition { policy, brief })
 }
 
-/// The options of `RL.LIMIT key policy [options]`, for `policy`: those of
-/// the algorithm's own command.
-pub fn limit_options(args: &(impl Args + ?Sized), policy: &Policy) -> Result<Options, ArgError> {
-    let options = options(args, 0, None, LIMITER_OPTIONS)?;
+/// The options of `RL.LIMIT key policy [options]`, for `definition`: those
+/// of the algorithm's own command; a BRIEF policy replies BRIEF.
+pub fn limit_options(
+    args: &(impl Args + ?Sized),
+    definition: &PolicyDefinition,
+) -> Result<Options, ArgError> {
+    let mut options = options(args, 0, None, LIMITER_OPTIONS)?;
     if let Policy::SlidingLog {
         count_denied: true, ..
-    } = policy
+    } = definition.policy
     {
         if options.block.is_some() {
             return Err(block_with_count_denied());
         }
+    }
+    if definition.brief {
+        if options.partial {
+            return Err(ArgError(
+                "ERR PARTIAL needs the full reply (granted), and this policy replies BRIEF (one integer): define a policy without BRIEF for partial grants"
+                    .into(),
+            ));
+        }
+        options.brief = true;
     }
     Ok(options)
 }

@@ -411,3 +411,63 @@ fn rl_all_takes_stored_policies_beside_inline_limiters() {
     );
     assert!(!exists(&mut con, "all:c:1"));
 }
+
+/// A policy defined with BRIEF replies BRIEF to `RL.LIMIT key policy`: the
+/// same decision as the full form, kept through a reload; PARTIAL is refused
+/// with it; RL.ALL keeps its own reply form.
+#[test]
+fn a_brief_policy_replies_one_integer() {
+    let mut server = Server::start();
+    let mut con = server.conn();
+    set(&mut con, "brief", &["WINDOW", "2", "1h", "BRIEF"]);
+    set(&mut con, "full", &["WINDOW", "2", "1h"]);
+    assert_eq!(
+        get(&mut con, "brief").unwrap(),
+        ["WINDOW", "2", "1h", "BRIEF"]
+    );
+    for key in ["b:1", "f:1"] {
+        let policy = if key.starts_with('b') {
+            "brief"
+        } else {
+            "full"
+        };
+        for _ in 0..2 {
+            q(&mut con, &argv!["RL.LIMIT", key, policy]);
+        }
+    }
+    let denied_full = rl(&mut con, &argv!["RL.LIMIT", "f:1", "full"]);
+    let denied_brief = int(&q(&mut con, &argv!["RL.LIMIT", "b:1", "brief"]));
+    assert!(!denied_full.allowed);
+    // BRIEF's integer is the retry wait in ms (the same window, so within the
+    // milliseconds between the two calls).
+    assert!(
+        (denied_brief - denied_full.retry_after).abs() < 1_000 && denied_brief > 0,
+        "{denied_brief} vs {denied_full:?}"
+    );
+    assert_eq!(digest(&mut con, "b:1").len(), digest(&mut con, "f:1").len());
+    assert_eq!(
+        int(&q(&mut con, &argv!["RL.LIMIT", "b:2", "brief", "BRIEF"])),
+        0
+    );
+    let e = q_err(&mut con, &argv!["RL.LIMIT", "b:3", "brief", "PARTIAL"]);
+    assert!(e.starts_with("ERR PARTIAL") && e.contains("BRIEF"), "{e}");
+    assert!(
+        !exists(&mut con, "b:3"),
+        "a refused RL.LIMIT writes nothing"
+    );
+    let all = q(&mut con, &argv!["RL.ALL", 1, "b:4", "POLICY", "brief"]);
+    assert_eq!(array(&all).len(), 3, "RL.ALL keeps its own reply: {all:?}");
+    let e = q_err(
+        &mut con,
+        &argv!["RL.POLICY.SET", "p", "WINDOW", 5, "1s", "BRIEF", "BRIEF"],
+    );
+    assert!(e.contains("unexpected 'BRIEF'"), "{e}");
+
+    q(&mut con, &argv!["DEBUG", "RELOAD"]);
+    assert_eq!(
+        get(&mut con, "brief").unwrap(),
+        ["WINDOW", "2", "1h", "BRIEF"]
+    );
+    assert_eq!(int(&q(&mut con, &argv!["RL.LIMIT", "b:5", "brief"])), 0);
+    server.assert_alive();
+}

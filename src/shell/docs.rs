@@ -212,7 +212,7 @@ pub const POLICY_NAMES_OPTIONAL: &[Arg] = &[Arg {
     flags: MULTIPLE | OPTIONAL,
     ..arg(c"name", Kind::Text)
 }];
-pub const POLICY_SET: &[Arg] = &[arg(c"name", Kind::Text), LIMITER];
+pub const POLICY_SET: &[Arg] = &[arg(c"name", Kind::Text), LIMITER, flag(c"brief", c"BRIEF")];
 pub const LEASE: &[Arg] = &[
     key(),
     int(c"limit"),

@@ -20,7 +20,7 @@ use valkey_module::raw;
 use super::commands;
 use super::ffi::{self, Argv, Ctx, Str};
 use super::policy_stats::{self, PolicyId};
-use crate::args::{self, Args};
+use crate::args::{self, Args, PolicyDefinition};
 use crate::core::policy::Policy;
 
 /// More would be a bug in the caller (a policy per user belongs in the key).
@@ -28,6 +28,8 @@ pub const MAX_POLICIES: usize = 10_000;
 
 struct Stored {
     policy: Policy,
+    /// RL.LIMIT replies BRIEF.
+    brief: bool,
     /// The words after the name, as given: what GET shows and the RDB and
     /// the AOF keep (parsed again when loaded).
     definition: Vec<Vec<u8>>,
@@ -35,9 +37,10 @@ struct Stored {
     id: PolicyId,
 }
 
-fn stored(name: &[u8], policy: Policy, definition: Vec<Vec<u8>>) -> Stored {
+fn stored(name: &[u8], parsed: PolicyDefinition, definition: Vec<Vec<u8>>) -> Stored {
     Stored {
-        policy,
+        policy: parsed.policy,
+        brief: parsed.brief,
         definition,
         id: policy_stats::register(name, ffi::now()),
     }
@@ -128,6 +131,7 @@ pub fn list(ctx: Ctx, _argv: &[Str]) -> c_int {
 }
 
 /// The policy stored under `name`, and the id its calls are counted under.
+/// (RL.ALL: its reply is the call's, so a policy's BRIEF does not apply.)
 pub fn lookup(name: &[u8]) -> Option<(Policy, PolicyId)> {
     POLICIES.with_borrow(|p| p.get(name).map(|s| (s.policy, s.id)))
 }
@@ -191,7 +195,16 @@ pub fn reset_stats(ctx: Ctx, argv: &[Str]) -> c_int {
 
 /// `RL.LIMIT key policy [options]`: the policy's command on `key`.
 pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
-    let Some((policy, id)) = lookup(ffi::bytes(argv[2])) else {
+    let found = POLICIES.with_borrow(|p| {
+        p.get(ffi::bytes(argv[2])).map(|s| {
+            let definition = PolicyDefinition {
+                policy: s.policy,
+                brief: s.brief,
+            };
+            (definition, s.id)
+        })
+    });
+    let Some((definition, id)) = found else {
         return commands::fail(
             ctx,
             &format!(
@@ -200,13 +213,13 @@ pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
             ),
         );
     };
-    match args::limit_options(&Argv(&argv[3..]), &policy) {
+    match args::limit_options(&Argv(&argv[3..]), &definition) {
         Ok(options) => {
             let options = args::Options {
                 policy: Some(id),
                 ..options
             };
-            commands::start(ctx, argv[1], policy, options)
+            commands::start(ctx, argv[1], definition.policy, options)
         }
         Err(error) => commands::fail(ctx, &error.0),
     }
