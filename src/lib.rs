@@ -53,7 +53,7 @@ fn preload(ctx: &Context, args: &[ValkeyString]) -> Status {
 }
 
 fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
-    shell::datatype::set_module_options(ctx.ctx);
+    shell::datatype::init(ctx.ctx);
     shell::blocking::init(ctx.ctx);
     let Some(options) = load_options(ctx, args) else {
         return Status::Err;

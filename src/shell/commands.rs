@@ -3,8 +3,8 @@
 
 use std::ffi::c_int;
 
-use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
+use super::keytype::raw_type;
 use super::{blocking, controls, leases, metrics, policy_stats, replication};
 use crate::args::{self, ArgError, Options};
 use crate::core::gcra::{self, Interval};

@@ -7,8 +7,8 @@ use std::cell::RefCell;
 use std::ffi::c_int;
 
 use super::commands::{self, fail};
-use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str, Value};
+use super::keytype::raw_type;
 use super::{blocking, metrics, replication};
 use crate::args;
 use crate::core::lease::{self, LeaseId};

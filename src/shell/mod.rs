@@ -9,6 +9,7 @@ pub mod denied_report;
 mod docs;
 pub mod events;
 pub mod ffi;
+pub mod keytype;
 pub mod leases;
 pub mod metrics;
 pub mod policy_stats;

@@ -7,8 +7,8 @@
 
 use std::ffi::{c_int, CStr};
 
-use super::datatype::raw_type;
 use super::ffi::{self, Ctx, Key, Slot, Str};
+use super::keytype::raw_type;
 use super::propagation;
 use crate::core::codec;
 use crate::core::limiter::{ApplyError, Effect, Limiter};

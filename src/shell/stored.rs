@@ -281,7 +281,7 @@ pub unsafe extern "C" fn aux_load(
 
 unsafe fn load_policies(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
     let err = raw::Status::Err as c_int;
-    if encver > super::datatype::ENCODING_VERSION {
+    if encver > super::keytype::ENCODING_VERSION {
         return err;
     }
     if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
