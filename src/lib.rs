@@ -2,6 +2,11 @@
 //!
 //! `core` holds the algorithms (pure, no Valkey types); `args` parses
 //! arguments; `shell` is the glue to the server.
+//!
+//! Layered, bottom to top: `version` and `core`, then `args` (parses into
+//! the core's types), then `shell` (its own layers are in shell/mod.rs),
+//! then this file, which registers it all. No file uses one above it, so
+//! none depends on itself through others (tests/layering.rs).
 
 pub mod args;
 pub mod core;
@@ -54,7 +59,7 @@ fn preload(ctx: &Context, args: &[ValkeyString]) -> Status {
 
 fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
     shell::datatype::init(ctx.ctx);
-    shell::blocking::init(ctx.ctx);
+    shell::waiters::init(ctx.ctx);
     let Some(options) = load_options(ctx, args) else {
         return Status::Err;
     };

@@ -17,9 +17,9 @@ use std::ffi::c_int;
 
 use valkey_module::raw;
 
-use super::commands;
 use super::ffi::{self, Argv, Ctx, Str};
 use super::policy_stats::{self, PolicyId};
+use super::{commands, limiters};
 use crate::args::{self, Args};
 use crate::core::policy::Policy;
 
@@ -206,7 +206,7 @@ pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
                 policy: Some(id),
                 ..options
             };
-            commands::start(ctx, argv[1], policy, options)
+            limiters::start(ctx, argv[1], policy, options)
         }
         Err(error) => commands::fail(ctx, &error.0),
     }
