@@ -2,6 +2,7 @@
 //! every error names the argument it is about.
 
 mod calendar;
+mod words;
 
 use std::fmt::{self, Display};
 
@@ -14,24 +15,8 @@ use crate::core::token_bucket::TokenBucketParams;
 use crate::core::window::WindowParams;
 use crate::core::{Millis, MAX_COUNT, MAX_PERIOD, MIN_PERIOD};
 
-/// The arguments after the key, however the caller holds them.
-pub trait Args {
-    fn count(&self) -> usize;
-    fn get(&self, index: usize) -> &[u8];
-}
-
-impl Args for [&[u8]] {
-    fn count(&self) -> usize {
-        self.len()
-    }
-    fn get(&self, index: usize) -> &[u8] {
-        self[index]
-    }
-}
-
-/// An error reply, built only when there is an error.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ArgError(pub String);
+use words::quoted;
+pub use words::{parse_u64, ArgError, Args};
 
 const COUNT_RANGE: &str = "an integer from 1 to 1000000000000000";
 const COST_RANGE: &str = "an integer from 0 to 1000000000000000";
@@ -60,16 +45,6 @@ impl Display for Param {
             None => f.write_str(self.name),
         }
     }
-}
-
-pub fn parse_u64(text: &[u8]) -> Option<u64> {
-    if text.is_empty() {
-        return None;
-    }
-    text.iter().try_fold(0u64, |acc, &byte| {
-        let digit = byte.checked_sub(b'0').filter(|d| *d <= 9)?;
-        acc.checked_mul(10)?.checked_add(u64::from(digit))
-    })
 }
 
 fn count(text: &[u8], name: impl Display) -> Result<u64, ArgError> {
@@ -104,16 +79,6 @@ pub fn parse_duration(text: &[u8]) -> Option<Millis> {
 
 fn duration(text: &[u8], name: impl Display) -> Result<Millis, ArgError> {
     parse_duration(text).ok_or_else(|| must_be(name, DURATION_RANGE))
-}
-
-/// Shown back in an error: printable, and short.
-fn quoted(text: &[u8]) -> String {
-    let shown: String = text
-        .iter()
-        .take(40)
-        .map(|&b| if b.is_ascii_graphic() { b as char } else { '?' })
-        .collect();
-    shown
 }
 
 /// The options every RL command takes, plus one flag of its own.

@@ -2,46 +2,23 @@
 //!
 //! `core` holds the algorithms (pure, no Valkey types); `args` parses
 //! arguments; `shell` is the glue to the server.
+//!
+//! Layered, bottom to top: `version` and `core`, then `args` (parses into
+//! the core's types), then `shell` (its own layers are in shell/mod.rs),
+//! then this file, which registers it all. No file uses one above it, so
+//! none depends on itself through others (tests/layering.rs).
 
 pub mod args;
 pub mod core;
 mod shell;
+mod version;
 
 use valkey_module::configuration::ConfigurationFlags;
 use valkey_module::{valkey_module, Context, Status, ValkeyString};
 
 use shell::datatype::RATELIMIT_TYPE;
 use shell::{controls, denied_report};
-
-/// The release, from Cargo.toml: shown in INFO and the server log.
-pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-
-/// "dev" between releases, "rc1".."rcN" for release candidates, "ga" once
-/// released: INFO `ratelimit_release_stage`, as the official modules say it.
-pub const RELEASE_STAGE: &str = "ga";
-
-const fn number(text: &str) -> i32 {
-    let digits = text.as_bytes();
-    let mut value = 0;
-    let mut i = 0;
-    while i < digits.len() {
-        value = value * 10 + (digits[i] - b'0') as i32;
-        i += 1;
-    }
-    value
-}
-
-const MAJOR: i32 = number(env!("CARGO_PKG_VERSION_MAJOR"));
-const MINOR: i32 = number(env!("CARGO_PKG_VERSION_MINOR"));
-const PATCH: i32 = number(env!("CARGO_PKG_VERSION_PATCH"));
-const _: () = assert!(
-    MINOR < 100 && PATCH < 100,
-    "MAJOR*10000+MINOR*100+PATCH needs both under 100"
-);
-
-/// MAJOR*10000 + MINOR*100 + PATCH, the official modules' scheme:
-/// `MODULE LIST` shows it as `ver` (1.0.0 is 10000).
-pub const MODULE_VERSION: i32 = MAJOR * 10000 + MINOR * 100 + PATCH;
+pub use version::{MODULE_VERSION, RELEASE_STAGE, VERSION};
 
 // Inside the server every allocation goes through Valkey's allocator (so
 // MEMORY USAGE and used_memory see it); unit tests run without a server.
@@ -81,8 +58,8 @@ fn preload(ctx: &Context, args: &[ValkeyString]) -> Status {
 }
 
 fn init(ctx: &Context, args: &[ValkeyString]) -> Status {
-    shell::datatype::set_module_options(ctx.ctx);
-    shell::blocking::init(ctx.ctx);
+    shell::datatype::init(ctx.ctx);
+    shell::waiters::init(ctx.ctx);
     let Some(options) = load_options(ctx, args) else {
         return Status::Err;
     };

@@ -3,7 +3,7 @@
 //! stands where a duration would, and TZ and ANCHOR follow it in either
 //! order.
 
-use super::{parse_u64, quoted, ArgError, Args};
+use super::words::{parse_u64, quoted, ArgError, Args};
 use crate::core::calendar::{Calendar, Unit, ZoneName};
 
 /// The unit a period word names, if it names one (any case).

@@ -12,7 +12,8 @@
 //! [`MAX_PERIOD`] (a lease's end, a lock's end): at most [`MAX_DEADLINE`],
 //! and no further past its own anchor where the state keeps one.
 
-use super::Millis;
+// From time.rs, not through mod.rs: mod.rs re-exports these bounds.
+use super::time::Millis;
 
 /// The largest `capacity`, `limit`, `refill_amount` and `COST` accepted: 10^15.
 /// With periods up to 3650 days every product the algorithms form

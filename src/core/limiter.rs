@@ -213,9 +213,9 @@ impl Limiter {
                 leases.apply(change);
             }
             (_, Effect::Lease(_)) => return Err(ApplyError::WrongType),
-            (Limiter::SlidingLog(log), effect) => log.apply_effect(&effect),
+            (Limiter::SlidingLog(log), effect) => apply_to_log(log, &effect),
             (Limiter::Locked(locked), effect) => match &mut locked.inner {
-                Limiter::SlidingLog(log) => log.apply_effect(&effect),
+                Limiter::SlidingLog(log) => apply_to_log(log, &effect),
                 _ => return Err(ApplyError::WrongType),
             },
             (_, Effect::LogRecord(_) | Effect::LogRefund { .. }) => {
@@ -324,6 +324,19 @@ impl Locked {
             reset_after: inner.reset_after.max(self.until.saturating_sub(now)),
             ..inner
         }
+    }
+}
+
+/// Applies a log effect (a record or a refund) to a sliding log; others do
+/// not apply to a log. Here rather than in sliding_log.rs, which knows
+/// nothing of `Effect`: the log is below the limiter that holds it.
+fn apply_to_log(log: &mut SlidingLog, effect: &Effect) {
+    match *effect {
+        Effect::LogRecord(record) => log.apply(record),
+        Effect::LogRefund { at, amount } => {
+            log.refund(at, amount);
+        }
+        Effect::Replace(_) | Effect::Lease(_) => {}
     }
 }
 

@@ -234,17 +234,6 @@ impl SlidingLog {
         }
     }
 
-    /// Applies a log effect (a record or a refund); others do not apply to a log.
-    pub fn apply_effect(&mut self, effect: &super::limiter::Effect) {
-        match *effect {
-            super::limiter::Effect::LogRecord(record) => self.apply(record),
-            super::limiter::Effect::LogRefund { at, amount } => {
-                self.refund(at, amount);
-            }
-            super::limiter::Effect::Replace(_) | super::limiter::Effect::Lease(_) => {}
-        }
-    }
-
     /// Gives back up to `amount` of the most recently logged cost that is
     /// still in the window at `at`, newest entries first; returns how much.
     /// Entries that left the window give nothing back. Deterministic in

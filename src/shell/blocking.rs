@@ -5,11 +5,10 @@
 //! changes (a grant, release, refund or unlock by anyone; its deletion), and
 //! at its timeout.
 //!
-//! Waiters of one key are served first come, first served: the module keeps
-//! each key's queue, and only its head may take a permit; the rest stay
-//! blocked, untried, until they are first. Calls without BLOCK are decided at
-//! once as always (they do not queue), so a waiter competes with them only
-//! for the moment its permit is due.
+//! Waiters of one key are served first come, first served, in the key's
+//! queue (waiters.rs, below the pipeline, so that a commit can signal it).
+//! Calls without BLOCK are decided at once as always (they do not queue), so
+//! a waiter competes with them only for the moment its permit is due.
 //!
 //! Nothing is decided or written while a client waits: the effect is
 //! committed and propagated when the permit is granted, from the reply
@@ -17,20 +16,19 @@
 //! (disconnect, CLIENT KILL, CLIENT UNBLOCK, a role change or slot move that
 //! the server answers) has consumed nothing.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
+use std::cell::Cell;
 use std::ffi::{c_int, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
 
 use valkey_module::raw;
 
 use super::commands::{self, Attempt, Turn};
 use super::ffi::{self, Ctx, Str};
 use super::metrics;
+use super::waiters::{self, live_now, QueueKey};
 use crate::args::Options;
 use crate::core::policy::Policy;
-use crate::core::{bounds, Millis};
+use crate::core::Millis;
 
 /// One waiting client: what it asked, on which key, until when.
 struct Waiter {
@@ -46,51 +44,9 @@ struct Waiter {
     deadline_timer: Option<raw::RedisModuleTimerID>,
 }
 
-/// (db, key name): a key's queue.
-type QueueKey = (c_int, Vec<u8>);
-
-#[derive(Default)]
-struct Queue {
-    waiters: VecDeque<u64>,
-    /// The pending wake-up: its timer, when it fires, and its generation
-    /// (a timer that fires after being replaced does nothing).
-    timer: Option<(raw::RedisModuleTimerID, Millis, u64)>,
-    /// The key's expiry when its first waiter last declined: a key gone
-    /// after this time expired; one gone before it was deleted or moved.
-    key_expiry: Option<Millis>,
-}
-
 thread_local! {
     // Commands and callbacks all run on the server's main thread.
-    static QUEUES: RefCell<HashMap<QueueKey, Queue>> = RefCell::new(HashMap::new());
     static NEXT_ID: Cell<u64> = const { Cell::new(1) };
-    static WAITING: Cell<usize> = const { Cell::new(0) };
-    /// Inside a reply callback: the server goes on to the key's next waiter
-    /// in the same pass, so a grant needs no signal and a leaving head no
-    /// wake-up timer (each would cost another pass over every waiter).
-    static SERVING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// A context with no client, for timers armed from callbacks that have none
-/// (the free callback). Made once at load.
-static TIMER_CTX: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(ptr::null_mut());
-
-/// Whether a waiter is being served (in a reply callback, on its own
-/// client's behalf but without its argv).
-pub fn serving() -> bool {
-    SERVING.get()
-}
-
-pub fn init(ctx: Ctx) {
-    // SAFETY: called from the module's init with its context.
-    let detached = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx) };
-    TIMER_CTX.store(detached, Ordering::Relaxed);
-}
-
-fn live_now() -> Millis {
-    // SAFETY: a plain read of the server's clock.
-    let ms = unsafe { raw::RedisModule_Milliseconds.unwrap()() };
-    bounds::clock(Millis(u64::try_from(ms).unwrap_or(0)))
 }
 
 /// How often a waiter is tried while writes are paused.
@@ -115,11 +71,6 @@ fn can_block(ctx: Ctx) -> bool {
     flags & NO_BLOCKING == 0
 }
 
-fn selected_db(ctx: Ctx) -> c_int {
-    // SAFETY: ctx is a live context with a client.
-    unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx) }
-}
-
 /// A command with BLOCK `timeout` (0: none): decided at once unless it
 /// would be denied now and a wait could grant it, or others wait already.
 pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout: Millis) -> c_int {
@@ -130,9 +81,8 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
         return commands::run_policy(ctx, key_name, policy, options, (now, Turn::Final)).done();
     }
     let deadline = (timeout > Millis::ZERO).then(|| now.saturating_add(timeout));
-    let queue = (selected_db(ctx), ffi::bytes(key_name).to_vec());
-    let others_wait = QUEUES.with_borrow(|q| q.get(&queue).is_some_and(|q| !q.waiters.is_empty()));
-    let wake = if others_wait {
+    let queue = waiters::queue_of(ctx, key_name);
+    let wake = if waiters::others_wait(&queue) {
         // First come, first served: behind them, untried.
         None
     } else {
@@ -178,19 +128,18 @@ pub fn start(ctx: Ctx, key_name: Str, policy: Policy, options: Options, timeout:
         drop(unsafe { Box::from_raw(waiter_ptr) });
         return commands::run_policy(ctx, key_name, policy, options, (now, Turn::Final)).done();
     }
-    QUEUES.with_borrow_mut(|q| q.entry(queue.clone()).or_default().waiters.push_back(id));
-    WAITING.set(WAITING.get() + 1);
+    waiters::join(&queue, id);
     metrics::record_block();
     if let Some((at, key_expiry)) = wake {
-        note_expiry(&queue, key_expiry);
-        arm(&queue, at);
+        waiters::note_expiry(&queue, key_expiry);
+        waiters::arm(&queue, at);
     }
     if let Some(deadline) = deadline {
         // The server checks blocked clients' timeouts before it sleeps, and
         // sleeps until its next timer (serverCron: up to 1000/hz ms). A timer
         // just after the deadline makes the timeout land on time.
         let delay = deadline.saturating_sub(live_now()).0.saturating_add(2);
-        let timer = create_timer(delay, Some(on_deadline), waiter_ptr.cast::<c_void>());
+        let timer = waiters::create_timer(delay, Some(on_deadline), waiter_ptr.cast::<c_void>());
         // SAFETY: the server owns the waiter until free_waiter, which runs
         // on this thread after this command returns.
         unsafe { (*waiter_ptr).deadline_timer = Some(timer) };
@@ -209,23 +158,6 @@ unsafe extern "C" fn on_deadline(_ctx: Ctx, data: *mut c_void) {
     }
 }
 
-fn create_timer(
-    delay_ms: u64,
-    callback: raw::RedisModuleTimerProc,
-    data: *mut c_void,
-) -> raw::RedisModuleTimerID {
-    let ctx = TIMER_CTX.load(Ordering::Relaxed);
-    // SAFETY: the detached context lives as long as the module.
-    unsafe {
-        raw::RedisModule_CreateTimer.unwrap()(
-            ctx,
-            i64::try_from(delay_ms).unwrap_or(i64::MAX),
-            callback,
-            data,
-        )
-    }
-}
-
 /// The waiter of a blocked-client callback.
 ///
 /// # Safety
@@ -238,38 +170,16 @@ unsafe fn waiter_of<'a>(ctx: Ctx) -> Option<&'a mut Waiter> {
 }
 
 fn is_first(waiter: &Waiter) -> bool {
-    QUEUES.with_borrow(|q| {
-        q.get(&waiter.queue)
-            .and_then(|q| q.waiters.front())
-            .is_some_and(|id| *id == waiter.id)
-    })
+    waiters::is_first(&waiter.queue, waiter.id)
 }
 
-/// Takes the waiter out of its queue; when it was first, the next one is
-/// tried at once (it may be served now that this one is gone).
+/// Takes the waiter out of its queue, once.
 fn leave(waiter: &mut Waiter) {
     if waiter.done {
         return;
     }
     waiter.done = true;
-    let next_first = QUEUES.with_borrow_mut(|queues| {
-        let Some(queue) = queues.get_mut(&waiter.queue) else {
-            return false;
-        };
-        let was_first = queue.waiters.front() == Some(&waiter.id);
-        queue.waiters.retain(|id| *id != waiter.id);
-        if queue.waiters.is_empty() {
-            if let Some((timer, _, _)) = queue.timer.take() {
-                stop_timer(timer);
-            }
-            queues.remove(&waiter.queue);
-            return false;
-        }
-        was_first
-    });
-    if next_first && !SERVING.get() {
-        arm(&waiter.queue, live_now());
-    }
+    waiters::leave(&waiter.queue, waiter.id);
 }
 
 /// The server tries a waiter: its key was signalled ready (our timer, a
@@ -286,7 +196,7 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
         // During CLIENT PAUSE WRITE (and a failover's pause) nothing may be
         // propagated: a grant here would crash the server. Try again soon.
         if avoid_replica_traffic() {
-            arm(&waiter.queue, live_now().saturating_add(PAUSED_RETRY));
+            waiters::arm(&waiter.queue, live_now().saturating_add(PAUSED_RETRY));
             return raw::Status::Err as c_int;
         }
         // SAFETY: within a reply callback the ready key is live.
@@ -300,11 +210,7 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
         // and is routed to wherever the key lives now. Cluster clients retry
         // TRYAGAIN. A key that reached its expiry is simply full again.
         let now = live_now();
-        let expired = QUEUES.with_borrow(|q| {
-            q.get(&waiter.queue)
-                .and_then(|q| q.key_expiry)
-                .is_some_and(|at| now >= at)
-        });
+        let expired = waiters::expired(&waiter.queue, now);
         if ffi::is_cluster(ctx) && !expired && !ffi::key_exists(ctx, key) {
             ffi::reply_error(
                 ctx,
@@ -320,7 +226,7 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
             }
             deadline => Turn::MayWait { deadline },
         };
-        SERVING.set(true);
+        waiters::set_serving(true);
         let attempt = commands::run_policy(ctx, key, waiter.policy, waiter.options, (now, turn));
         let outcome = match attempt {
             Attempt::Done(_) => {
@@ -328,15 +234,15 @@ unsafe extern "C" fn on_ready(ctx: Ctx, _argv: *mut Str, _argc: c_int) -> c_int 
                 raw::Status::Ok as c_int
             }
             Attempt::Wait { at, key_expiry } => {
-                note_expiry(&waiter.queue, key_expiry);
-                arm(&waiter.queue, at);
+                waiters::note_expiry(&waiter.queue, key_expiry);
+                waiters::arm(&waiter.queue, at);
                 raw::Status::Err as c_int
             }
         };
-        SERVING.set(false);
+        waiters::set_serving(false);
         outcome
     }));
-    SERVING.set(false);
+    waiters::set_serving(false);
     outcome.unwrap_or_else(|_| {
         ffi::reply_error(
             ctx,
@@ -394,112 +300,13 @@ unsafe extern "C" fn free_waiter(_ctx: Ctx, privdata: *mut c_void) {
         let mut waiter = unsafe { Box::from_raw(privdata.cast::<Waiter>()) };
         leave(&mut waiter);
         if let Some(timer) = waiter.deadline_timer {
-            let ctx = TIMER_CTX.load(Ordering::Relaxed);
-            // SAFETY: a deadline timer's data is this waiter, not a Wake
+            // SAFETY: a deadline timer's data is this waiter, not a wake-up
             // box: stop it without taking the data.
-            unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, timer, ptr::null_mut()) };
+            unsafe {
+                raw::RedisModule_StopTimer.unwrap()(waiters::timer_ctx(), timer, ptr::null_mut())
+            };
         }
-        WAITING.set(WAITING.get().saturating_sub(1));
+        waiters::freed();
         metrics::record_unblock(waiter.timed_out);
-    }));
-}
-
-/// Tells waiters of `key` (in the context's db) that it changed: the first
-/// of them is tried again. Cheap when no client waits anywhere.
-pub fn key_changed(ctx: Ctx, key: Str) {
-    if WAITING.get() == 0 || SERVING.get() {
-        return;
-    }
-    let queue = (selected_db(ctx), ffi::bytes(key).to_vec());
-    if QUEUES.with_borrow(|q| q.contains_key(&queue)) {
-        // SAFETY: ctx and key are live for the command.
-        unsafe { raw::RedisModule_SignalKeyAsReady.unwrap()(ctx, key) };
-    }
-}
-
-fn note_expiry(queue: &QueueKey, key_expiry: Option<Millis>) {
-    QUEUES.with_borrow_mut(|q| {
-        if let Some(entry) = q.get_mut(queue) {
-            entry.key_expiry = key_expiry;
-        }
-    });
-}
-
-/// What a wake-up timer carries: the queue to signal, and its generation.
-struct Wake {
-    queue: QueueKey,
-    generation: u64,
-}
-
-thread_local! {
-    static GENERATION: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Makes sure the first waiter of `queue` is tried at `at` at the latest.
-fn arm(queue: &QueueKey, at: Millis) {
-    QUEUES.with_borrow_mut(|queues| {
-        let Some(entry) = queues.get_mut(queue) else {
-            return;
-        };
-        if let Some((timer, when, _)) = entry.timer {
-            if when <= at {
-                return;
-            }
-            stop_timer(timer);
-            entry.timer = None;
-        }
-        let generation = GENERATION.replace(GENERATION.get() + 1);
-        let wake = Box::new(Wake {
-            queue: queue.clone(),
-            generation,
-        });
-        // The box comes back in `on_wake` or `stop_timer`, exactly once.
-        let data = Box::into_raw(wake).cast::<c_void>();
-        let timer = create_timer(at.saturating_sub(live_now()).0, Some(on_wake), data);
-        entry.timer = Some((timer, at, generation));
-    });
-}
-
-fn stop_timer(timer: raw::RedisModuleTimerID) {
-    let mut data: *mut c_void = ptr::null_mut();
-    let ctx = TIMER_CTX.load(Ordering::Relaxed);
-    // SAFETY: the timer was created by `arm` with a boxed Wake; stopping it
-    // hands the box back (only when it had not fired).
-    unsafe {
-        if raw::RedisModule_StopTimer.unwrap()(ctx, timer, &mut data) == raw::Status::Ok as c_int
-            && !data.is_null()
-        {
-            drop(Box::from_raw(data.cast::<Wake>()));
-        }
-    }
-}
-
-/// A wake-up is due: signal the key ready, so the server tries its waiters.
-unsafe extern "C" fn on_wake(ctx: Ctx, data: *mut c_void) {
-    if data.is_null() {
-        return;
-    }
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        // SAFETY: `arm` made this box; the server hands it back once.
-        let wake = unsafe { Box::from_raw(data.cast::<Wake>()) };
-        let current = QUEUES.with_borrow_mut(|queues| match queues.get_mut(&wake.queue) {
-            Some(entry) if entry.timer.is_some_and(|(_, _, g)| g == wake.generation) => {
-                entry.timer = None;
-                true
-            }
-            _ => false,
-        });
-        if !current {
-            return;
-        }
-        let (db, name) = &wake.queue;
-        // SAFETY: the timer's context is live during the callback; the
-        // string is freed below.
-        unsafe {
-            raw::RedisModule_SelectDb.unwrap()(ctx, *db);
-            let key = raw::RedisModule_CreateString.unwrap()(ctx, name.as_ptr().cast(), name.len());
-            raw::RedisModule_SignalKeyAsReady.unwrap()(ctx, key);
-            raw::RedisModule_FreeString.unwrap()(ctx, key);
-        }
     }));
 }

@@ -6,8 +6,8 @@
 use std::ffi::c_int;
 
 use super::commands::fields;
-use super::datatype::raw_type;
 use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
+use super::keytype::raw_type;
 use super::{controls, metrics, policy_stats, replication};
 use crate::args;
 use crate::core::limiter::{Effect, Limiter};

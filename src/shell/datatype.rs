@@ -2,8 +2,10 @@
 //! callback the server makes into it is here; each catches panics and
 //! delegates at once to the core's codec.
 //!
-//! The type name and encoding version are written into every RDB file:
-//! never rename the type; bump the version only with a loader for the old one.
+//! Registration, the top layer (see mod.rs): the type's methods include the
+//! stored policies' aux data hooks (stored.rs) and its AOF rewrite emits
+//! `rl.apply` (replication.rs), so it sits above both. Files below reach the
+//! type through keytype.rs, to which `init` hands the server's handle.
 
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -11,12 +13,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use valkey_module::native_types::ValkeyType;
 use valkey_module::raw;
 
-use super::ffi;
+use super::keytype::{self, ENCODING_VERSION, TYPE_NAME};
+use super::{ffi, replication, stored};
 use crate::core::codec;
 use crate::core::limiter::Limiter;
-
-pub const TYPE_NAME: &str = "ratelimit";
-pub const ENCODING_VERSION: i32 = 1;
 
 /// Valkey 9's atomic slot migration asks modules to declare they support it;
 /// the crate's flags lack the bit and Valkey 8 ignores it.
@@ -36,7 +36,7 @@ pub static RATELIMIT_TYPE: ValkeyType = ValkeyType::new(
         digest: Some(digest),
         free: Some(free),
         // Stored policies (stored.rs), before the keys.
-        aux_load: Some(super::stored::aux_load),
+        aux_load: Some(stored::aux_load),
         aux_save: None,
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
@@ -47,12 +47,16 @@ pub static RATELIMIT_TYPE: ValkeyType = ValkeyType::new(
         free_effort2: None,
         unlink2: None,
         copy2: None,
-        aux_save2: Some(super::stored::aux_save),
+        aux_save2: Some(stored::aux_save),
     },
 );
 
-pub fn raw_type() -> *mut raw::RedisModuleType {
-    *RATELIMIT_TYPE.raw_type.borrow()
+/// At load, after the server created the type (valkey_module! creates it
+/// before `init`) and before any command exists: hands its handle to
+/// keytype.rs and sets the module's options.
+pub fn init(ctx: ffi::Ctx) {
+    keytype::set_raw_type(*RATELIMIT_TYPE.raw_type.borrow());
+    set_module_options(ctx);
 }
 
 /// Loading reports I/O errors instead of aborting (needed for diskless
@@ -63,7 +67,7 @@ pub fn raw_type() -> *mut raw::RedisModuleType {
 /// Where the server offers it (Valkey 8.1+), `RM_Replicate` skips looking
 /// up the command it propagates: always our own `rl.apply`, registered at
 /// load. That lookup was about half of the cost of propagating an effect.
-pub fn set_module_options(ctx: ffi::Ctx) {
+fn set_module_options(ctx: ffi::Ctx) {
     let mut options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int
         | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int
         | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD as c_int
@@ -179,12 +183,12 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     guarded((), || {
-        super::stored::emit_once(aof);
+        stored::emit_once(aof);
         if let Some(limiter) = limiter(value) {
             let bytes = encoded(limiter);
             raw::RedisModule_EmitAOF.unwrap()(
                 aof,
-                super::replication::APPLY_COMMAND.as_ptr(),
+                replication::APPLY_COMMAND.as_ptr(),
                 c"sb".as_ptr(),
                 key,
                 bytes.as_ptr(),

@@ -121,9 +121,9 @@ fn info(ctx: &InfoContext, _for_crash_report: bool) -> ValkeyResult<()> {
     let builder = ctx
         .builder()
         .add_section("module")
-        .field("version", crate::VERSION.to_string())?
-        .field("ver", crate::MODULE_VERSION.to_string())?
-        .field("release_stage", crate::RELEASE_STAGE.to_string())?
+        .field("version", crate::version::VERSION.to_string())?
+        .field("ver", crate::version::MODULE_VERSION.to_string())?
+        .field("release_stage", crate::version::RELEASE_STAGE.to_string())?
         .build_section()?;
     let mut section = builder.add_section("stats");
     for (name, algorithm) in [

@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use valkey_module::raw;
 
 use super::ffi::{self, Ctx, Str};
-use super::{commands, compound, denied_report, docs, leases, replication, stored};
+use super::{compound, denied_report, docs, leases, limiters, replication, stored};
 
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
 
@@ -122,15 +122,15 @@ macro_rules! entry_point {
     };
 }
 
-entry_point!(token_bucket_entry, commands::token_bucket);
-entry_point!(window_entry, commands::window);
-entry_point!(sliding_log_entry, commands::sliding_log);
-entry_point!(gcra_entry, commands::gcra);
+entry_point!(token_bucket_entry, limiters::token_bucket);
+entry_point!(window_entry, limiters::window);
+entry_point!(sliding_log_entry, limiters::sliding_log);
+entry_point!(gcra_entry, limiters::gcra);
 entry_point!(all_entry, compound::all);
-entry_point!(refund_entry, commands::refund);
-entry_point!(unlock_entry, commands::unlock);
-entry_point!(rl_throttle_entry, commands::rl_throttle);
-entry_point!(cl_throttle_entry, commands::cl_throttle);
+entry_point!(refund_entry, limiters::refund);
+entry_point!(unlock_entry, limiters::unlock);
+entry_point!(rl_throttle_entry, limiters::rl_throttle);
+entry_point!(cl_throttle_entry, limiters::cl_throttle);
 entry_point!(apply_entry, apply_handler);
 entry_point!(lease_entry, leases::acquire);
 entry_point!(release_entry, release_handler);
@@ -167,14 +167,14 @@ fn peek_handler(ctx: Ctx, argv: &[Str]) -> c_int {
     if argv.len() != 2 {
         return ffi::reply_error(ctx, "ERR wrong number of arguments for 'rl.peek' command");
     }
-    commands::peek(ctx, argv)
+    limiters::peek(ctx, argv)
 }
 
 fn inspect_handler(ctx: Ctx, argv: &[Str]) -> c_int {
     if argv.len() != 2 {
         return ffi::reply_error(ctx, "ERR wrong number of arguments: RL.INSPECT key");
     }
-    commands::inspect(ctx, argv)
+    limiters::inspect(ctx, argv)
 }
 
 fn release_handler(ctx: Ctx, argv: &[Str]) -> c_int {

@@ -7,9 +7,9 @@
 
 use std::ffi::{c_int, CStr};
 
-use super::datatype::raw_type;
 use super::ffi::{self, Ctx, Key, Slot, Str};
-use super::propagation;
+use super::keytype::raw_type;
+use super::{propagation, waiters};
 use crate::core::codec;
 use crate::core::limiter::{ApplyError, Effect, Limiter};
 use crate::core::policy::PerLimiter;
@@ -82,7 +82,7 @@ thread_local! {
 pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<(), &'static str> {
     // A change granted to a waiter is made in a reply callback, whose client
     // has no argv to pass on verbatim: it always builds the effect.
-    let build = propagation::needed(ctx) || super::blocking::serving();
+    let build = propagation::needed(ctx) || waiters::serving();
     // Encoded before it is applied (applying consumes it), sent after, in a
     // buffer reused across calls: no allocation on this path.
     EFFECT_BUFFER.with_borrow_mut(|blob| {
@@ -93,7 +93,7 @@ pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<
         apply(key, effect)?;
         ffi::signal_modified(ctx, key_name);
         // Waiters of this key try again: the change may have freed their permit.
-        super::blocking::key_changed(ctx, key_name);
+        waiters::key_changed(ctx, key_name);
         // The change is made: the client is told its outcome either way. The
         // server only refuses an unknown command or format, which would be a
         // bug here, so say so loudly in the log.
@@ -115,7 +115,7 @@ pub fn commit_all<'k>(
     ctx: Ctx,
     changes: impl Iterator<Item = (&'k mut Key, Str, Effect)>,
 ) -> Result<(), &'static str> {
-    let build = propagation::needed(ctx) || super::blocking::serving();
+    let build = propagation::needed(ctx) || waiters::serving();
     // The effects are encoded one after another into the reused buffer; a
     // batch remembers each one's key and where it ends.
     EFFECT_BUFFER.with_borrow_mut(|blob| {
@@ -133,7 +133,7 @@ pub fn commit_all<'k>(
                 break;
             }
             ffi::signal_modified(ctx, key_name);
-            super::blocking::key_changed(ctx, key_name);
+            waiters::key_changed(ctx, key_name);
             batch[queued] = (key_name, blob.len());
             queued += 1;
             if queued == PAIRS_PER_ENTRY {

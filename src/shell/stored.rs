@@ -17,9 +17,9 @@ use std::ffi::c_int;
 
 use valkey_module::raw;
 
-use super::commands;
 use super::ffi::{self, Argv, Ctx, Str};
 use super::policy_stats::{self, PolicyId};
+use super::{commands, limiters};
 use crate::args::{self, Args, PolicyDefinition};
 use crate::core::policy::Policy;
 
@@ -219,7 +219,7 @@ pub fn limit(ctx: Ctx, argv: &[Str]) -> c_int {
                 policy: Some(id),
                 ..options
             };
-            commands::start(ctx, argv[1], definition.policy, options)
+            limiters::start(ctx, argv[1], definition.policy, options)
         }
         Err(error) => commands::fail(ctx, &error.0),
     }
@@ -294,7 +294,7 @@ pub unsafe extern "C" fn aux_load(
 
 unsafe fn load_policies(rdb: *mut raw::RedisModuleIO, encver: c_int, when: c_int) -> c_int {
     let err = raw::Status::Err as c_int;
-    if encver > super::datatype::ENCODING_VERSION {
+    if encver > super::keytype::ENCODING_VERSION {
         return err;
     }
     if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
