@@ -14,6 +14,7 @@ then ``storage_uri="valkey-ratelimit://host:6379"``.
 
 from .asyncio import AsyncRateLimiter
 from .client import RateLimiter, connect
+from .deny_cache import DenyCache
 from .errors import (
     CommandError,
     LeaseNotGrantedError,
@@ -34,6 +35,7 @@ __all__ = [
     "AsyncRateLimiter",
     "CellResult",
     "CommandError",
+    "DenyCache",
     "Gcra",
     "LeaseNotGrantedError",
     "LeaseResult",
