@@ -13,7 +13,9 @@ then ``storage_uri="valkey-ratelimit://host:6379"``.
 """
 
 from .asyncio import AsyncRateLimiter
+from .batching import BatchStats, TokenBatcher
 from .client import RateLimiter, connect
+from .deny_cache import DenyCache
 from .errors import (
     CommandError,
     LeaseNotGrantedError,
@@ -26,14 +28,17 @@ from .errors import (
 from .keys import same_slot
 from .limiters import Gcra, Policy, SlidingLog, TokenBucket, Window
 from .results import AllResult, CellResult, LeaseResult, RefundResult, Result
+from .split import SplitLimit, shard_keys, split_limit
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AllResult",
     "AsyncRateLimiter",
+    "BatchStats",
     "CellResult",
     "CommandError",
+    "DenyCache",
     "Gcra",
     "LeaseNotGrantedError",
     "LeaseResult",
@@ -44,6 +49,8 @@ __all__ = [
     "RefundResult",
     "Result",
     "SlidingLog",
+    "SplitLimit",
+    "TokenBatcher",
     "TokenBucket",
     "TryAgainError",
     "UnavailableError",
@@ -51,4 +58,6 @@ __all__ = [
     "WrongTypeError",
     "connect",
     "same_slot",
+    "shard_keys",
+    "split_limit",
 ]

@@ -12,6 +12,7 @@ from valkey.asyncio.cluster import ValkeyCluster
 
 from . import _calls as calls
 from .client import BLOCK_MARGIN_S
+from .deny_cache import DenyCache
 from .errors import LeaseNotGrantedError
 from .failure import OnUnavailable, check_policy, on_failure
 from .limiters import Algorithm, Duration, Limiter, duration_ms
@@ -26,6 +27,7 @@ class AsyncRateLimiter:
     ``timeout`` (seconds) bounds each whole call, connecting included; a call
     that takes longer counts as unavailable for the failure policy
     ``on_unavailable``. A BLOCK call gets its wait plus a second instead.
+    ``deny_cache``: see ``RateLimiter``.
     """
 
     def __init__(
@@ -34,12 +36,14 @@ class AsyncRateLimiter:
         *,
         on_unavailable: OnUnavailable = "raise",
         timeout: float | None = None,
+        deny_cache: DenyCache | None = None,
     ) -> None:
         self.client = client
         # valkey-py types its command methods only partly: calls go through Any.
         self._client: Any = client
         self.on_unavailable = check_policy(on_unavailable)
         self.timeout = timeout
+        self.deny_cache = deny_cache
 
     async def _run(self, call: calls.Call[T]) -> T:
         kwargs: dict[str, Any] = {}
@@ -67,11 +71,18 @@ class AsyncRateLimiter:
         name: str = "default",
     ) -> Result:
         """See ``RateLimiter.hit``."""
-        return await self._run(
-            calls.hit(
-                key, limiter, cost=cost, dry_run=dry_run, partial=partial, lockout=lockout, block=block, name=name
-            )
-        )
+        options: dict[str, Any] = {"cost": cost, "dry_run": dry_run, "partial": partial, "lockout": lockout}
+        call = calls.hit(key, limiter, block=block, name=name, **options)
+        cache = self.deny_cache
+        query = None if cache is None else cache.query(key, limiter, block=block, name=name, **options)
+        if cache is None or query is None:
+            return await self._run(call)
+        if (local := cache.check(query)) is not None:
+            return local
+        sent_at = cache.clock()
+        result = await self._run(call)
+        cache.record(query, sent_at, result)
+        return result
 
     async def all(
         self,
@@ -105,9 +116,13 @@ class AsyncRateLimiter:
         return await self._run(calls.inspect(key))
 
     async def refund(self, key: str, amount: int) -> RefundResult | None:
+        if self.deny_cache is not None:
+            self.deny_cache.forget(key)
         return await self._run(calls.refund(key, amount))
 
     async def unlock(self, key: str) -> bool:
+        if self.deny_cache is not None:
+            self.deny_cache.forget(key)
         return await self._run(calls.unlock(key))
 
     async def lease(

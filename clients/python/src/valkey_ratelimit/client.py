@@ -11,6 +11,7 @@ import valkey
 from valkey.cluster import ValkeyCluster
 
 from . import _calls as calls
+from .deny_cache import DenyCache
 from .errors import LeaseNotGrantedError
 from .failure import OnUnavailable, check_policy, on_failure
 from .limiters import Algorithm, Duration, Limiter, duration_ms
@@ -28,13 +29,22 @@ class RateLimiter:
     ``on_unavailable`` is the failure policy (see ``valkey_ratelimit.failure``).
     A synchronous client's time budget is its own ``socket_timeout`` and
     ``socket_connect_timeout``: build it with short ones (see ``connect``).
+    ``deny_cache`` (off by default) answers ``hit`` locally while the server's
+    last denial of the same request lasts (see ``valkey_ratelimit.deny_cache``).
     """
 
-    def __init__(self, client: valkey.Valkey | ValkeyCluster, *, on_unavailable: OnUnavailable = "raise") -> None:
+    def __init__(
+        self,
+        client: valkey.Valkey | ValkeyCluster,
+        *,
+        on_unavailable: OnUnavailable = "raise",
+        deny_cache: DenyCache | None = None,
+    ) -> None:
         self.client = client
         # valkey-py types its command methods only partly: calls go through Any.
         self._client: Any = client
         self.on_unavailable = check_policy(on_unavailable)
+        self.deny_cache = deny_cache
 
     def _run(self, call: calls.Call[T]) -> T:
         if call.block_ms is not None:
@@ -74,11 +84,18 @@ class RateLimiter:
     ) -> Result:
         """One request against ``limiter`` on ``key``: ``RL.TOKENBUCKET``, ``RL.WINDOW``,
         ``RL.SLIDINGLOG``, ``RL.GCRA``, or ``RL.LIMIT`` for a ``Policy``."""
-        return self._run(
-            calls.hit(
-                key, limiter, cost=cost, dry_run=dry_run, partial=partial, lockout=lockout, block=block, name=name
-            )
-        )
+        options: dict[str, Any] = {"cost": cost, "dry_run": dry_run, "partial": partial, "lockout": lockout}
+        call = calls.hit(key, limiter, block=block, name=name, **options)
+        cache = self.deny_cache
+        query = None if cache is None else cache.query(key, limiter, block=block, name=name, **options)
+        if cache is None or query is None:
+            return self._run(call)
+        if (local := cache.check(query)) is not None:
+            return local
+        sent_at = cache.clock()
+        result = self._run(call)
+        cache.record(query, sent_at, result)
+        return result
 
     def all(
         self,
@@ -109,9 +126,13 @@ class RateLimiter:
         return self._run(calls.inspect(key))
 
     def refund(self, key: str, amount: int) -> RefundResult | None:
+        if self.deny_cache is not None:
+            self.deny_cache.forget(key)
         return self._run(calls.refund(key, amount))
 
     def unlock(self, key: str) -> bool:
+        if self.deny_cache is not None:
+            self.deny_cache.forget(key)
         return self._run(calls.unlock(key))
 
     def lease(

@@ -138,6 +138,15 @@ Algorithm = TokenBucket | Window | SlidingLog | Gcra
 Limiter = TokenBucket | Window | SlidingLog | Gcra | Policy
 
 
+def limit_size(limit: Algorithm) -> int:
+    """How many units the limiter holds when full: its ``limit``, ``capacity`` or ``burst``."""
+    if isinstance(limit, TokenBucket):
+        return limit.capacity
+    if isinstance(limit, Gcra):
+        return limit.burst
+    return limit.limit
+
+
 def parse_definition(words: list[str]) -> Algorithm:
     """``RL.POLICY.GET``'s reply (the definition as given) back into a limiter."""
     kind, *rest = (w.upper() for w in words)

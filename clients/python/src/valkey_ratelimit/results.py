@@ -28,6 +28,9 @@ class Result:
     exceeds the limit). ``granted`` is set with ``partial=True``.
     ``degraded`` marks a result made up by the failure policy because the
     server could not be reached: then only ``allowed`` means anything.
+    ``local`` marks a decision made in this process without asking the server:
+    a denial from the deny cache, or units spent from a batch
+    (``valkey_ratelimit.deny_cache``, ``valkey_ratelimit.batching``).
     """
 
     allowed: bool
@@ -39,6 +42,7 @@ class Result:
     name: str = "default"
     window_seconds: int | None = field(default=None, compare=False)
     degraded: bool = False
+    local: bool = False
 
     @property
     def retry_after(self) -> timedelta | None:
