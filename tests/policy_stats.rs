@@ -122,12 +122,13 @@ fn a_waiting_call_counts_when_answered() {
     let mut con = server.conn();
     q(
         &mut con,
-        &argv!["RL.POLICY.SET", "slow", "TOKENBUCKET", 1, 1, "300ms"],
+        // Long enough that the waiter waits also under valgrind (make memcheck).
+        &argv!["RL.POLICY.SET", "slow", "TOKENBUCKET", 1, 1, "2s"],
     );
     q(&mut con, &argv!["RL.LIMIT", "w", "slow"]);
     let mut waiter = server.conn();
     let handle =
-        thread::spawn(move || q(&mut waiter, &argv!["RL.LIMIT", "w", "slow", "BLOCK", "5s"]));
+        thread::spawn(move || q(&mut waiter, &argv!["RL.LIMIT", "w", "slow", "BLOCK", "10s"]));
     until_waiting(&mut con, 1);
     assert_eq!(
         stats(&mut con, "slow"),
