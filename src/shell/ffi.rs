@@ -431,24 +431,6 @@ pub fn log_warning(ctx: Ctx, message: &CStr) {
     }
 }
 
-/// Queues `command key blob` for replicas and the AOF. Returns false when the
-/// server refused it (it would otherwise be lost silently).
-pub fn replicate(ctx: Ctx, command: &CStr, key: Str, blob: &[u8]) -> bool {
-    // SAFETY: "sb" = a RedisModuleString then a (pointer, length) buffer,
-    // both copied by the server before it returns.
-    let status = unsafe {
-        raw::RedisModule_Replicate.unwrap()(
-            ctx,
-            command.as_ptr(),
-            c"sb".as_ptr(),
-            key,
-            blob.as_ptr(),
-            blob.len(),
-        )
-    };
-    status == raw::Status::Ok as c_int
-}
-
 /// Queues `command key blob [key blob ...]` for replicas and the AOF, in one
 /// entry: RL.ALL's changes, which share a slot, cost one propagation. None
 /// when there are more pairs than the varargs forms below (the caller then

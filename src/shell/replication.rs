@@ -80,34 +80,11 @@ thread_local! {
 /// and the AOF; where nothing can read them (propagation.rs) it only counts
 /// the change, by queueing the client's own command, which the server drops.
 pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<(), &'static str> {
-    // A change granted to a waiter is made in a reply callback, whose client
-    // has no argv to pass on verbatim: it always builds the effect.
-    let build = propagation::needed(ctx) || waiters::serving();
-    // Encoded before it is applied (applying consumes it), sent after, in a
-    // buffer reused across calls: no allocation on this path.
-    EFFECT_BUFFER.with_borrow_mut(|blob| {
-        blob.clear();
-        if build {
-            codec::encode_effect(&effect, blob);
-        }
-        apply(key, effect)?;
-        ffi::signal_modified(ctx, key_name);
-        // Waiters of this key try again: the change may have freed their permit.
-        waiters::key_changed(ctx, key_name);
-        // The change is made: the client is told its outcome either way. The
-        // server only refuses an unknown command or format, which would be a
-        // bug here, so say so loudly in the log.
-        if !build {
-            ffi::replicate_verbatim(ctx);
-        } else if !ffi::replicate(ctx, APPLY_COMMAND, key_name, blob) {
-            ffi::log_warning(ctx, c"ratelimit: the server refused to propagate rl.apply; replicas and the AOF miss a change");
-        }
-        Ok(())
-    })
+    commit_all(ctx, std::iter::once((key, key_name, effect)))
 }
 
-/// Commits the effects of one RL.ALL call, as `commit` does each, but queues
-/// them as `RL.APPLY key effect [key effect ...]` entries of up to four
+/// Commits the effects of one call (one key, or each key RL.ALL changed),
+/// queued as `RL.APPLY key effect [key effect ...]` entries of up to four
 /// pairs: one propagation for a typical call instead of one per key. On an
 /// error, what was applied before it is still queued, so copies never miss a
 /// change the primary made.
@@ -115,8 +92,11 @@ pub fn commit_all<'k>(
     ctx: Ctx,
     changes: impl Iterator<Item = (&'k mut Key, Str, Effect)>,
 ) -> Result<(), &'static str> {
+    // A change granted to a waiter is made in a reply callback, whose client
+    // has no argv to pass on verbatim: it always builds the effect.
     let build = propagation::needed(ctx) || waiters::serving();
-    // The effects are encoded one after another into the reused buffer; a
+    // Each effect is encoded before it is applied (applying consumes it), one
+    // after another into a buffer reused across calls (no allocation); a
     // batch remembers each one's key and where it ends.
     EFFECT_BUFFER.with_borrow_mut(|blob| {
         let mut batch: [(Str, usize); PAIRS_PER_ENTRY] =
@@ -133,6 +113,7 @@ pub fn commit_all<'k>(
                 break;
             }
             ffi::signal_modified(ctx, key_name);
+            // Waiters of this key try again: the change may have freed their permit.
             waiters::key_changed(ctx, key_name);
             batch[queued] = (key_name, blob.len());
             queued += 1;
@@ -165,6 +146,8 @@ fn propagate_batch(ctx: Ctx, build: bool, batch: &[(Str, usize)], blob: &[u8]) {
         *pair = (key, &blob[start..end]);
         start = end;
     }
+    // The server only refuses an unknown command or format, which would be a
+    // bug here, so say so loudly in the log; the client still gets its reply.
     if ffi::replicate_pairs(ctx, APPLY_COMMAND, &pairs[..batch.len()]) != Some(true) {
         ffi::log_warning(ctx, c"ratelimit: the server refused to propagate rl.apply; replicas and the AOF miss a change");
     }
