@@ -269,32 +269,38 @@ pub fn decide_all(
         request.cost = request.cost.min(there).max(1);
         request.partial = false;
     }
-    let decisions: PerLimiter<Decision> = policies
-        .iter()
-        .zip(states)
-        .map(|(p, s)| p.decide_request(*s, now, request))
-        .collect();
-    let allowed = decisions.iter().all(|d| d.outcome.allowed);
-    let retry_after = decisions.iter().map(|d| d.outcome.retry_after).fold(
-        RetryAfter::After(Millis::ZERO),
-        |worst, r| match (worst, r) {
-            (RetryAfter::Never, _) | (_, RetryAfter::Never) => RetryAfter::Never,
-            (RetryAfter::After(a), RetryAfter::After(b)) => RetryAfter::After(a.max(b)),
-        },
-    );
     let mut outcomes = PerLimiter::with_capacity(policies.len());
     let mut effects = PerLimiter::with_capacity(policies.len());
-    for ((policy, state), decision) in policies.iter().zip(states).zip(decisions) {
-        if allowed || !decision.outcome.allowed {
-            outcomes.push(decision.outcome);
-            effects.push(decision.effect);
-        } else {
-            outcomes.push(
-                policy
-                    .decide_request(*state, now, Request { cost: 0, ..request })
-                    .outcome,
-            );
-            effects.push(None);
+    for (policy, state) in policies.iter().zip(states) {
+        let decision = policy.decide_request(*state, now, request);
+        outcomes.push(decision.outcome);
+        effects.push(decision.effect);
+    }
+    let allowed = outcomes.iter().all(|o: &Outcome| o.allowed);
+    let retry_after =
+        outcomes
+            .iter()
+            .map(|o| o.retry_after)
+            .fold(RetryAfter::After(Millis::ZERO), |worst, r| {
+                match (worst, r) {
+                    (RetryAfter::Never, _) | (_, RetryAfter::Never) => RetryAfter::Never,
+                    (RetryAfter::After(a), RetryAfter::After(b)) => RetryAfter::After(a.max(b)),
+                }
+            });
+    if !allowed {
+        // Nothing is taken: a limiter that would have allowed reports what
+        // it holds as it stands.
+        let peek = Request { cost: 0, ..request };
+        let decided = policies
+            .iter()
+            .zip(states)
+            .zip(&mut outcomes)
+            .zip(&mut effects);
+        for (((policy, state), outcome), effect) in decided {
+            if outcome.allowed {
+                *outcome = policy.decide_request(*state, now, peek).outcome;
+                *effect = None;
+            }
         }
     }
     let granted = if allowed { request.cost } else { 0 };
@@ -307,4 +313,129 @@ pub fn decide_all(
         },
         effects,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Millis = Millis(1_000_000);
+
+    fn bucket(capacity: u64) -> Policy {
+        Policy::TokenBucket(TokenBucketParams {
+            capacity,
+            refill_amount: 1,
+            refill_period: Millis(1000),
+        })
+    }
+
+    fn window(limit: u64) -> Policy {
+        Policy::Window {
+            params: WindowParams {
+                limit,
+                period: Millis(60_000),
+            },
+            sliding: false,
+        }
+    }
+
+    fn request(cost: u64) -> Request {
+        Request {
+            cost,
+            ..Request::default()
+        }
+    }
+
+    /// Applies every effect to its state, as the shell does.
+    fn applied(states: &mut [Option<Limiter>], effects: PerLimiter<Option<Effect>>) {
+        for (state, effect) in states.iter_mut().zip(effects) {
+            let Some(effect) = effect else { continue };
+            match state {
+                Some(limiter) => limiter.apply(effect).unwrap(),
+                None => *state = Limiter::from_effect(effect).unwrap(),
+            }
+        }
+    }
+
+    fn decide(
+        policies: &[Policy],
+        states: &[Option<Limiter>],
+        cost: u64,
+    ) -> (Compound, PerLimiter<Option<Effect>>) {
+        let refs: Vec<Option<&Limiter>> = states.iter().map(Option::as_ref).collect();
+        decide_all(policies, &refs, NOW, request(cost))
+    }
+
+    #[test]
+    fn all_allowed_takes_from_every_limiter() {
+        let policies = [bucket(3), window(5)];
+        let mut states = [None, None];
+        let (compound, effects) = decide(&policies, &states, 2);
+        assert!(compound.allowed);
+        assert_eq!(compound.granted, 2);
+        assert_eq!(compound.retry_after, RetryAfter::After(Millis::ZERO));
+        let remaining: Vec<u64> = compound.outcomes.iter().map(|o| o.remaining).collect();
+        assert_eq!(remaining, [1, 3]);
+        assert!(effects.iter().all(Option::is_some));
+        applied(&mut states, effects);
+        let (again, _) = decide(&policies, &states, 0);
+        let remaining: Vec<u64> = again.outcomes.iter().map(|o| o.remaining).collect();
+        assert_eq!(remaining, [1, 3]);
+    }
+
+    #[test]
+    fn one_denial_takes_nothing_anywhere() {
+        // The bucket has 3, the window 5: a cost of 4 fits only the window.
+        let policies = [bucket(3), window(5)];
+        let states = [None, None];
+        let (compound, effects) = decide(&policies, &states, 4);
+        assert!(!compound.allowed);
+        assert_eq!(compound.granted, 0);
+        assert!(!compound.outcomes[0].allowed);
+        // The window would have allowed: it reports what it holds, untouched.
+        assert!(compound.outcomes[1].allowed);
+        assert_eq!(compound.outcomes[1].remaining, 5);
+        assert!(effects.iter().all(Option::is_none));
+        // 4 tokens of a bucket of 3 never fit.
+        assert_eq!(compound.retry_after, RetryAfter::Never);
+    }
+
+    #[test]
+    fn the_longest_wait_is_the_answer() {
+        let policies = [bucket(1), window(1)];
+        let mut states = [None, None];
+        let (_, effects) = decide(&policies, &states, 1);
+        applied(&mut states, effects);
+        let (compound, effects) = decide(&policies, &states, 1);
+        assert!(!compound.allowed);
+        let waits: Vec<RetryAfter> = compound.outcomes.iter().map(|o| o.retry_after).collect();
+        // The bucket refills in 1 s; the window (60 s, aligned) ends later.
+        let worst = waits.iter().copied().max_by_key(|w| match w {
+            RetryAfter::After(ms) => ms.0,
+            RetryAfter::Never => u64::MAX,
+        });
+        assert_eq!(Some(compound.retry_after), worst);
+        assert_eq!(compound.retry_after, waits[1]);
+        assert!(effects.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn partial_grants_the_least_any_limiter_has() {
+        let policies = [bucket(3), window(5)];
+        let states = [None, None];
+        let refs = [None, None];
+        let partial = Request {
+            cost: 10,
+            partial: true,
+            lockout: None,
+        };
+        let (compound, effects) = decide_all(&policies, &refs, NOW, partial);
+        assert!(compound.allowed);
+        assert_eq!(compound.granted, 3);
+        let mut states = states;
+        applied(&mut states, effects);
+        let (after, _) = decide(&policies, &states, 0);
+        let remaining: Vec<u64> = after.outcomes.iter().map(|o| o.remaining).collect();
+        assert_eq!(remaining, [0, 2]);
+    }
 }

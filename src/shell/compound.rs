@@ -5,8 +5,10 @@
 
 use std::ffi::c_int;
 
+use smallvec::SmallVec;
+
 use super::commands::fields;
-use super::ffi::{self, Argv, Ctx, Key, Slot, Str};
+use super::ffi::{self, Ctx, Key, Slot, Str};
 use super::keytype::raw_type;
 use super::{controls, metrics, policy_stats, replication};
 use crate::args;
@@ -32,8 +34,11 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         }
         return ffi::reply_ok(ctx);
     }
+    // Each argument's bytes are asked of the server once: the parser looks
+    // at most words several times.
+    let words: SmallVec<[&[u8]; 16]> = argv[1..].iter().map(|s| ffi::bytes(*s)).collect();
     let parsed = args::all(
-        &Argv(&argv[1..]),
+        words.as_slice(),
         controls::max_limiters(),
         &super::stored::lookup,
     );
@@ -42,12 +47,10 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         Err(error) => return fail(ctx, &error.0),
     };
     let names = &argv[2..2 + numkeys];
-    for (i, name) in names.iter().enumerate() {
-        if names[..i]
-            .iter()
-            .any(|other| ffi::bytes(*other) == ffi::bytes(*name))
-        {
-            let shown = String::from_utf8_lossy(ffi::bytes(*name)).into_owned();
+    let name_bytes = &words[1..1 + numkeys];
+    for (i, name) in name_bytes.iter().enumerate() {
+        if name_bytes[..i].contains(name) {
+            let shown = String::from_utf8_lossy(name).into_owned();
             return fail(ctx, &format!("ERR key '{shown}' is given more than once"));
         }
     }
@@ -55,8 +58,8 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     // keys position request reports; a call over several slots must never
     // write, so the module checks too (cheap, and only in cluster mode).
     if ffi::is_cluster(ctx) {
-        let slot = slot::key_slot(ffi::bytes(names[0]));
-        if names.iter().any(|n| slot::key_slot(ffi::bytes(*n)) != slot) {
+        let slot = slot::key_slot(name_bytes[0]);
+        if name_bytes.iter().any(|n| slot::key_slot(n) != slot) {
             return fail(ctx, "CROSSSLOT Keys in request don't hash to the same slot");
         }
     }
