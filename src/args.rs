@@ -15,7 +15,7 @@ use crate::core::token_bucket::TokenBucketParams;
 use crate::core::window::WindowParams;
 use crate::core::{Millis, MAX_COUNT, MAX_PERIOD, MIN_PERIOD};
 
-use words::quoted;
+use words::{is_keyword, quoted};
 pub use words::{parse_u64, ArgError, Args};
 
 const COUNT_RANGE: &str = "an integer from 1 to 1000000000000000";
@@ -147,7 +147,7 @@ fn options(
     let mut i = first;
     while i < args.count() {
         let word = args.get(i);
-        let is = |name: &str| word.eq_ignore_ascii_case(name.as_bytes());
+        let is = |name: &str| is_keyword(word, name.as_bytes());
         let repeated = |name: &str| ArgError(format!("ERR option {name} is given more than once"));
         let value_of = |name: &str, what: &str| {
             if i + 1 < args.count() {
@@ -424,16 +424,27 @@ pub type PolicyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<(Policy, u64)>;
 /// of the stored policy it names (if it names one), and the options.
 pub type AllArgs = (usize, PerLimiter<Policy>, PerLimiter<Option<u64>>, Options);
 
-fn is_algorithm_name(word: &[u8]) -> bool {
-    // By length first: RL.ALL asks this of every word after the keys.
-    let name: &[u8] = match word.len() {
-        11 => b"TOKENBUCKET",
-        6 => b"WINDOW",
-        10 => b"SLIDINGLOG",
-        4 => b"GCRA",
-        _ => return false,
+/// The word that starts a limiter in RL.ALL and RL.POLICY.SET.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AlgorithmWord {
+    TokenBucket,
+    Window,
+    SlidingLog,
+    Gcra,
+}
+
+/// Recognised once per limiter: RL.ALL asks this of every word after the
+/// keys, and the parser then matches on the answer instead of comparing
+/// the word again.
+fn algorithm_word(word: &[u8]) -> Option<AlgorithmWord> {
+    let (name, algorithm): (&[u8], _) = match word.len() {
+        11 => (b"TOKENBUCKET", AlgorithmWord::TokenBucket),
+        6 => (b"WINDOW", AlgorithmWord::Window),
+        10 => (b"SLIDINGLOG", AlgorithmWord::SlidingLog),
+        4 => (b"GCRA", AlgorithmWord::Gcra),
+        _ => return None,
     };
-    word.eq_ignore_ascii_case(name)
+    is_keyword(word, name).then_some(algorithm)
 }
 
 /// One limiter at `i` (its algorithm word first): the policy and how many
@@ -442,11 +453,11 @@ fn is_algorithm_name(word: &[u8]) -> bool {
 fn limiter_at(
     args: &(impl Args + ?Sized),
     i: usize,
+    algorithm: AlgorithmWord,
     limiter: Option<usize>,
     lacking: &dyn Fn() -> ArgError,
 ) -> Result<(Policy, usize), ArgError> {
     let name = |name: &'static str| Param { name, limiter };
-    let word = args.get(i);
     let positional = |j: usize| -> Result<&[u8], ArgError> {
         if i + j < args.count() {
             Ok(args.get(i + j))
@@ -455,16 +466,18 @@ fn limiter_at(
         }
     };
     let flag_at = |j: usize, flag: &str| {
-        i + j < args.count() && args.get(i + j).eq_ignore_ascii_case(flag.as_bytes())
+        i + j < args.count() && is_keyword(args.get(i + j), flag.as_bytes())
     };
-    let (policy, used) = if word.eq_ignore_ascii_case(b"TOKENBUCKET") {
+    let (policy, used) = match algorithm {
+        AlgorithmWord::TokenBucket => {
         let params = TokenBucketParams {
             capacity: count(positional(1)?, name("capacity"))?,
             refill_amount: count(positional(2)?, name("refill_amount"))?,
             refill_period: duration(positional(3)?, name("refill_period"))?,
         };
         (Policy::TokenBucket(params), 4)
-    } else if word.eq_ignore_ascii_case(b"WINDOW") && calendar::unit(positional(2)?).is_some() {
+        }
+        AlgorithmWord::Window if calendar::unit(positional(2)?).is_some() => {
         let limit = count(positional(1)?, name("limit"))?;
         let (calendar, used) = calendar::calendar_at(args, i + 2)?;
         if flag_at(2 + used, "SLIDING") {
@@ -472,14 +485,16 @@ fn limiter_at(
         }
         let policy = Policy::Calendar(CalendarParams { limit, calendar });
         (policy, 2 + used)
-    } else if word.eq_ignore_ascii_case(b"WINDOW") {
+        }
+        AlgorithmWord::Window => {
         let params = WindowParams {
             limit: count(positional(1)?, name("limit"))?,
             period: duration(positional(2)?, name("period"))?,
         };
         let sliding = flag_at(3, "SLIDING");
         (Policy::Window { params, sliding }, 3 + usize::from(sliding))
-    } else if word.eq_ignore_ascii_case(b"SLIDINGLOG") {
+        }
+        AlgorithmWord::SlidingLog => {
         let params = LogParams {
             limit: count(positional(1)?, name("limit"))?,
             period: duration(positional(2)?, name("period"))?,
@@ -490,7 +505,8 @@ fn limiter_at(
             count_denied,
         };
         (policy, 3 + usize::from(count_denied))
-    } else {
+        }
+        AlgorithmWord::Gcra => {
         let params = GcraParams {
             limit: count(positional(1)?, name("burst"))?,
             rate: count(positional(2)?, name("rate"))?,
@@ -498,6 +514,7 @@ fn limiter_at(
             interval: Interval::RoundUp,
         };
         (Policy::Gcra(gcra_params(params, name("burst"))?), 4)
+        }
     };
     Ok((policy, used))
 }
@@ -528,7 +545,8 @@ pub struct PolicyDefinition {
 /// A stored policy's definition (`RL.POLICY.SET name` and what follows):
 /// one limiter as RL.ALL takes it, then `BRIEF` or nothing.
 pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<PolicyDefinition, ArgError> {
-    if args.count() == 0 || !is_algorithm_name(args.get(0)) {
+    let algorithm = (args.count() > 0).then(|| algorithm_word(args.get(0))).flatten();
+    let Some(algorithm) = algorithm else {
         let found = if args.count() == 0 {
             "the end of the command".to_string()
         } else {
@@ -537,8 +555,8 @@ pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<PolicyDefinition
         return Err(ArgError(format!(
             "ERR a policy must start with TOKENBUCKET, WINDOW, SLIDINGLOG or GCRA, not {found}: {POLICY_SET_USAGE}"
         )));
-    }
-    let (policy, used) = limiter_at(args, 0, None, &|| {
+    };
+    let (policy, used) = limiter_at(args, 0, algorithm, None, &|| {
         ArgError(format!(
             "ERR the policy ({}) lacks arguments: {POLICY_SET_USAGE}",
             quoted(args.get(0))
@@ -614,38 +632,45 @@ pub fn all(
     let mut policies = PerLimiter::with_capacity(numkeys);
     let mut ids = PerLimiter::with_capacity(numkeys);
     let mut i = 1 + numkeys;
-    let is_policy = |word: &[u8]| word.eq_ignore_ascii_case(b"POLICY");
-    while i < args.count() && (is_algorithm_name(args.get(i)) || is_policy(args.get(i))) {
+    while i < args.count() {
+        let word = args.get(i);
+        let algorithm = algorithm_word(word);
+        let is_policy = algorithm.is_none() && is_keyword(word, b"POLICY");
+        if algorithm.is_none() && !is_policy {
+            break;
+        }
         let n = policies.len() + 1;
         if n > numkeys {
             return Err(ArgError(format!(
                 "ERR more limiters than keys (numkeys is {numkeys})"
             )));
         }
-        let word = args.get(i);
         let lacking = || {
             ArgError(format!(
                 "ERR limiter {n} ({}) lacks arguments: {ALL_USAGE}",
                 quoted(word)
             ))
         };
-        let (policy, used) = if is_policy(word) {
-            let name = if i + 1 < args.count() {
-                args.get(i + 1)
-            } else {
-                return Err(lacking());
-            };
-            let (policy, id) = stored(name).ok_or_else(|| {
-                ArgError(format!(
-                    "ERR no policy named '{}' on this node (limiter {n})",
-                    quoted(name)
-                ))
-            })?;
-            ids.push(Some(id));
-            (policy, 2)
-        } else {
-            ids.push(None);
-            limiter_at(args, i, Some(n), &lacking)?
+        let (policy, used) = match algorithm {
+            None => {
+                let name = if i + 1 < args.count() {
+                    args.get(i + 1)
+                } else {
+                    return Err(lacking());
+                };
+                let (policy, id) = stored(name).ok_or_else(|| {
+                    ArgError(format!(
+                        "ERR no policy named '{}' on this node (limiter {n})",
+                        quoted(name)
+                    ))
+                })?;
+                ids.push(Some(id));
+                (policy, 2)
+            }
+            Some(algorithm) => {
+                ids.push(None);
+                limiter_at(args, i, algorithm, Some(n), &lacking)?
+            }
         };
         policies.push(policy);
         i += used;

@@ -36,7 +36,8 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     }
     // Each argument's bytes are asked of the server once: the parser looks
     // at most words several times.
-    let words: SmallVec<[&[u8]; 16]> = argv[1..].iter().map(|s| ffi::bytes(*s)).collect();
+    let mut words: SmallVec<[&[u8]; 16]> = SmallVec::new();
+    words.extend(argv[1..].iter().map(|s| ffi::bytes(*s)));
     let parsed = args::all(
         words.as_slice(),
         controls::max_limiters(),
@@ -57,7 +58,8 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     // Defence in depth: the server checks the slots of the keys that the
     // keys position request reports; a call over several slots must never
     // write, so the module checks too (cheap, and only in cluster mode).
-    if ffi::is_cluster(ctx) {
+    let flags = ffi::context_flags(ctx);
+    if flags.cluster() {
         let slot = slot::key_slot(name_bytes[0]);
         if name_bytes.iter().any(|n| slot::key_slot(n) != slot) {
             return fail(ctx, "CROSSSLOT Keys in request don't hash to the same slot");
@@ -85,7 +87,7 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
             Slot::Ours(limiter) => states.push(Some(&*limiter)),
         }
     }
-    let (mut compound, effects) = policy::decide_all(&policies, &states, now, options.request());
+    let (mut compound, mut effects) = policy::decide_all(&policies, &states, now, options.request());
     drop(states);
     // The limiters a LOCKOUT locked, by index: empty (no allocation) but
     // when a lock happens.
@@ -96,11 +98,12 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
                 locked.push(i);
             }
         }
+        // Taken out in place: moving the list of effects would copy it.
         let changes = keys
             .iter_mut()
-            .zip(effects)
+            .zip(effects.iter_mut())
             .zip(names)
-            .filter_map(|((key, effect), name)| Some((key.as_mut()?, *name, effect?)));
+            .filter_map(|((key, effect), name)| Some((key.as_mut()?, *name, effect.take()?)));
         if let Err(message) = replication::commit_all(ctx, changes) {
             return fail(ctx, message);
         }
@@ -140,15 +143,13 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         };
         return ffi::reply_integer(ctx, value);
     }
-    let items: PerLimiter<_> = compound.outcomes.iter().map(fields).collect();
     let granted = options.partial.then_some(compound.granted as i64);
-    ffi::reply_compound(
-        ctx,
+    let overall = (
         i64::from(compound.allowed),
         compound.retry_after.to_reply(),
         granted,
-        &items,
-    )
+    );
+    ffi::reply_compound(ctx, flags, overall, compound.outcomes.iter().map(fields))
 }
 
 fn wrong_type(name: Str, held: Option<&Limiter>, wanted: &Policy) -> String {

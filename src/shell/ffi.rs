@@ -48,6 +48,25 @@ pub fn now() -> Millis {
     bounds::clock(Millis(u64::try_from(micros).unwrap_or(0) / 1000))
 }
 
+/// The context's flags, for a caller that asks more than one question of
+/// them (each `GetContextFlags` computes them all).
+#[derive(Clone, Copy)]
+pub struct ContextFlags(u32);
+
+impl ContextFlags {
+    pub fn resp3(self) -> bool {
+        self.0 & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
+    }
+    pub fn cluster(self) -> bool {
+        self.0 & raw::REDISMODULE_CTX_FLAGS_CLUSTER != 0
+    }
+}
+
+pub fn context_flags(ctx: Ctx) -> ContextFlags {
+    // SAFETY: ctx is the live command context.
+    ContextFlags(unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32)
+}
+
 pub fn is_resp3(ctx: Ctx) -> bool {
     // SAFETY: ctx is the live command context.
     let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) };
@@ -154,14 +173,15 @@ fn reply_named_in<T>(ctx: Ctx, resp3: bool, fields: &[(&CStr, T)], value: impl F
 /// RL.ALL's reply: under RESP3 a map {allowed, retry_after_ms, [granted,]
 /// limiters: [map, ...]}; under RESP2 the array [allowed, retry_after_ms,
 /// [granted,] [[...], ...]]. `granted` only with PARTIAL.
+/// RL.ALL's reply. `flags` are the context's (`context_flags`), read once
+/// per call by the caller.
 pub fn reply_compound(
     ctx: Ctx,
-    allowed: i64,
-    retry_after: i64,
-    granted: Option<i64>,
-    limiters: &[[(&CStr, i64); 5]],
+    flags: ContextFlags,
+    (allowed, retry_after, granted): (i64, i64, Option<i64>),
+    limiters: impl ExactSizeIterator<Item = [(&'static CStr, i64); 5]>,
 ) -> c_int {
-    let resp3 = is_resp3(ctx);
+    let resp3 = flags.resp3();
     // SAFETY: ctx is live; names are static NUL-terminated strings.
     unsafe {
         let name = |n: &CStr| {
@@ -187,7 +207,7 @@ pub fn reply_compound(
         raw::RedisModule_ReplyWithArray.unwrap()(ctx, limiters.len() as _);
     }
     for fields in limiters {
-        reply_named_in(ctx, resp3, fields, |n| {
+        reply_named_in(ctx, resp3, &fields, |n| {
             // SAFETY: ctx is the live command context.
             unsafe { raw::RedisModule_ReplyWithLongLong.unwrap()(ctx, *n) };
         });

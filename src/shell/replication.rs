@@ -90,7 +90,7 @@ pub fn commit(ctx: Ctx, key: &mut Key, key_name: Str, effect: Effect) -> Result<
 /// change the primary made.
 pub fn commit_all<'k>(
     ctx: Ctx,
-    changes: impl Iterator<Item = (&'k mut Key, Str, Effect)>,
+    mut changes: impl Iterator<Item = (&'k mut Key, Str, Effect)>,
 ) -> Result<(), &'static str> {
     // A change granted to a waiter is made in a reply callback, whose client
     // has no argv to pass on verbatim: it always builds the effect.
@@ -104,7 +104,8 @@ pub fn commit_all<'k>(
         let mut queued = 0;
         let mut outcome = Ok(());
         blob.clear();
-        for (key, key_name, effect) in changes {
+        // By reference: moving the iterator in would copy what it holds.
+        for (key, key_name, effect) in &mut changes {
             if build {
                 codec::encode_effect(&effect, blob);
             }
