@@ -145,6 +145,9 @@ def cases(server, with_lua, cell_server=None):
     # Stored policies for RL.LIMIT (replicated to an attached replica).
     c.call("RL.POLICY.SET", "win", "WINDOW", "1000000", "1m")
     c.call("RL.POLICY.SET", "bucket", "TOKENBUCKET", "1000000", "1000", "1s")
+    c.call("RL.POLICY.SET", "bucket100", "TOKENBUCKET", "100", "100", "1m")
+    c.call("RL.POLICY.SET", "minute100", "WINDOW", "100", "1m")
+    c.call("RL.POLICY.SET", "minute100brief", "WINDOW", "100", "1m", "BRIEF")
     out = [
         ("PING", "floor", ["PING"]),
         ("INCR", "floor", ["INCR", "k:__rand_int__"]),
@@ -171,6 +174,29 @@ def cases(server, with_lua, cell_server=None):
         for limit in (10, 1000, 100000):
             out.append((f"RL.SLIDINGLOG limit {limit} ({label})", "rl",
                         ["RL.SLIDINGLOG", f"sl{limit}:{keyname}", str(limit), "10s"]))
+    # Limiters that live, as a service's do: 100 per minute over the 100,000
+    # keys. The rows above on random keys mostly measure creating a key (a
+    # bucket of 1,000,000 refilled 1,000 per second is full, so gone, 1 ms
+    # after a call). Here a window's key lives until its minute ends and a
+    # bucket's while its key is hit more often than every 0.6 s (one token's
+    # refill); the whole run sends each key about 36 requests, so no call
+    # is denied.
+    living = "100/min, 100,000 keys"
+    out += [
+        (f"RL.TOKENBUCKET ({living})", "rl", ["RL.TOKENBUCKET", "vtb:__rand_int__", "100", "100", "1m"]),
+        (f"RL.WINDOW ({living})", "rl", ["RL.WINDOW", "vfw:__rand_int__", "100", "1m"]),
+        (f"RL.GCRA ({living})", "rl", ["RL.GCRA", "vgc:__rand_int__", "100", "100", "1m"]),
+        (f"RL.SLIDINGLOG ({living})", "rl", ["RL.SLIDINGLOG", "vsl:__rand_int__", "100", "1m"]),
+        (f"RL.LIMIT, window policy ({living})", "rl", ["RL.LIMIT", "vlw:__rand_int__", "minute100"]),
+        (f"RL.LIMIT, window policy with BRIEF ({living})", "rl",
+         ["RL.LIMIT", "vlb:__rand_int__", "minute100brief"]),
+        (f"RL.ALL, two limiters ({living})", "rl",
+         ["RL.ALL", "2", "va1:{__rand_int__}", "va2:{__rand_int__}",
+          "TOKENBUCKET", "100", "100", "1m", "WINDOW", "100", "1m"]),
+        (f"RL.ALL, two policies ({living})", "rl",
+         ["RL.ALL", "2", "vp1:{__rand_int__}", "vp2:{__rand_int__}",
+          "POLICY", "bucket100", "POLICY", "minute100"]),
+    ]
     if with_lua:
         out += [
             ("Lua token bucket", "lua", ["EVALSHA", sha["token_bucket"], "1", "ltb:__rand_int__", "1000000", "1000", "1"]),
@@ -215,6 +241,18 @@ def measure_throughput(server, todo, reps, requests, latency=True):
     return med
 
 
+def check_living(server):
+    """The living rows mean to measure allowed calls: warn if a sampled
+    limiter has run out (then the rows measure denials too)."""
+    c = server.client
+    probes = [("vtb", ["100", "100", "1m"], "RL.TOKENBUCKET"), ("vfw", ["100", "1m"], "RL.WINDOW")]
+    for prefix, params, command in probes:
+        least = min(c.call(command, f"{prefix}:{i:012d}", *params, "DRYRUN")[2] for i in range(0, 100_000, 97))
+        print(f"living rows: least remaining of sampled {prefix} keys: {least}", file=sys.stderr)
+        if least == 0:
+            print("WARNING: a living limiter ran out; its rows include denials", file=sys.stderr)
+
+
 def with_replica(server, todo, reps, requests):
     """Throughput at pipeline 32 with one replica attached (on CPU 1, beside
     valkey-benchmark): INCR and every RL command now pay for propagation."""
@@ -227,7 +265,7 @@ def with_replica(server, todo, reps, requests):
         else:
             raise RuntimeError("the replica did not connect")
         subset = [c for c in todo if c[1] == "floor" and c[0] == "INCR" or
-                  c[1] == "rl" and "random keys" in c[0]]
+                  c[1] == "rl" and ("random keys" in c[0] or "100,000 keys" in c[0])]
         print(f"with one replica: {len(subset)} cases x {reps} repetitions", file=sys.stderr)
         return measure_throughput(server, subset, reps, requests, latency=False)
     finally:
@@ -445,6 +483,7 @@ def main():
         todo = cases(server, with_lua, cell_server)
         print(f"throughput and latency: {len(todo)} cases x 2 pipelines x {reps} repetitions", file=sys.stderr)
         throughput = measure_throughput(server, todo, reps, requests)
+        check_living(server)
         server.client.call("FLUSHALL", "SYNC")
         replicated = with_replica(server, todo, reps, requests)
         server.client.call("FLUSHALL", "SYNC")

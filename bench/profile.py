@@ -45,10 +45,19 @@ CASES = [
                               "TOKENBUCKET", "1000000", "1000", "1s", "WINDOW", "1000000", "1m"]),
     ("RL.ALL, two policies", ["RL.ALL", "2", "p1:{__rand_int__}", "p2:{__rand_int__}",
                               "POLICY", "bucket", "POLICY", "minute"]),
+    # The same with a bucket whose key stays (refilled 1 per hour), as a
+    # service's limiters do: beside "RL.TOKENBUCKET, keys that stay" +
+    # "RL.WINDOW" and the RL.LIMIT rows below, without the cost of creating
+    # a key on nearly every call.
+    ("RL.ALL, two limiters, keys that stay", ["RL.ALL", "2", "s1:{__rand_int__}", "s2:{__rand_int__}",
+                                              "TOKENBUCKET", "1000000", "1", "1h", "WINDOW", "1000000", "1h"]),
+    ("RL.ALL, two policies, keys that stay", ["RL.ALL", "2", "q1:{__rand_int__}", "q2:{__rand_int__}",
+                                              "POLICY", "slowbucket", "POLICY", "win"]),
     ("RL.PEEK", ["RL.PEEK", "fw:__rand_int__"]),
     ("RL.LIMIT, window policy", ["RL.LIMIT", "lw:__rand_int__", "win"]),
     ("RL.LIMIT BRIEF, window policy", ["RL.LIMIT", "lb:__rand_int__", "win", "BRIEF"]),
     ("RL.LIMIT, token bucket policy", ["RL.LIMIT", "lt:__rand_int__", "bucket"]),
+    ("RL.LIMIT, token bucket policy, keys that stay", ["RL.LIMIT", "ls:__rand_int__", "slowbucket"]),
     # The policy carries BRIEF: three arguments, the shortest call there is.
     ("RL.LIMIT, window policy with BRIEF", ["RL.LIMIT", "lp:__rand_int__", "winbrief"]),
     # The denied-keys report (RL.TOPDENIED) costs nothing on the allowed path
@@ -69,6 +78,7 @@ POLICIES = [
     ["RL.POLICY.SET", "bucket", "TOKENBUCKET", "1000000", "1000", "1s"],
     ["RL.POLICY.SET", "minute", "WINDOW", "1000000", "1m"],
     ["RL.POLICY.SET", "winbrief", "WINDOW", "1000000", "1h", "BRIEF"],
+    ["RL.POLICY.SET", "slowbucket", "TOKENBUCKET", "1000000", "1", "1h"],
 ]
 
 # Each case twice: as on a server whose effects something may read (a

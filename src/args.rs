@@ -465,55 +465,54 @@ fn limiter_at(
             Err(lacking())
         }
     };
-    let flag_at = |j: usize, flag: &str| {
-        i + j < args.count() && is_keyword(args.get(i + j), flag.as_bytes())
-    };
+    let flag_at =
+        |j: usize, flag: &str| i + j < args.count() && is_keyword(args.get(i + j), flag.as_bytes());
     let (policy, used) = match algorithm {
         AlgorithmWord::TokenBucket => {
-        let params = TokenBucketParams {
-            capacity: count(positional(1)?, name("capacity"))?,
-            refill_amount: count(positional(2)?, name("refill_amount"))?,
-            refill_period: duration(positional(3)?, name("refill_period"))?,
-        };
-        (Policy::TokenBucket(params), 4)
+            let params = TokenBucketParams {
+                capacity: count(positional(1)?, name("capacity"))?,
+                refill_amount: count(positional(2)?, name("refill_amount"))?,
+                refill_period: duration(positional(3)?, name("refill_period"))?,
+            };
+            (Policy::TokenBucket(params), 4)
         }
         AlgorithmWord::Window if calendar::unit(positional(2)?).is_some() => {
-        let limit = count(positional(1)?, name("limit"))?;
-        let (calendar, used) = calendar::calendar_at(args, i + 2)?;
-        if flag_at(2 + used, "SLIDING") {
-            return Err(sliding_calendar());
-        }
-        let policy = Policy::Calendar(CalendarParams { limit, calendar });
-        (policy, 2 + used)
+            let limit = count(positional(1)?, name("limit"))?;
+            let (calendar, used) = calendar::calendar_at(args, i + 2)?;
+            if flag_at(2 + used, "SLIDING") {
+                return Err(sliding_calendar());
+            }
+            let policy = Policy::Calendar(CalendarParams { limit, calendar });
+            (policy, 2 + used)
         }
         AlgorithmWord::Window => {
-        let params = WindowParams {
-            limit: count(positional(1)?, name("limit"))?,
-            period: duration(positional(2)?, name("period"))?,
-        };
-        let sliding = flag_at(3, "SLIDING");
-        (Policy::Window { params, sliding }, 3 + usize::from(sliding))
+            let params = WindowParams {
+                limit: count(positional(1)?, name("limit"))?,
+                period: duration(positional(2)?, name("period"))?,
+            };
+            let sliding = flag_at(3, "SLIDING");
+            (Policy::Window { params, sliding }, 3 + usize::from(sliding))
         }
         AlgorithmWord::SlidingLog => {
-        let params = LogParams {
-            limit: count(positional(1)?, name("limit"))?,
-            period: duration(positional(2)?, name("period"))?,
-        };
-        let count_denied = flag_at(3, "COUNTDENIED");
-        let policy = Policy::SlidingLog {
-            params,
-            count_denied,
-        };
-        (policy, 3 + usize::from(count_denied))
+            let params = LogParams {
+                limit: count(positional(1)?, name("limit"))?,
+                period: duration(positional(2)?, name("period"))?,
+            };
+            let count_denied = flag_at(3, "COUNTDENIED");
+            let policy = Policy::SlidingLog {
+                params,
+                count_denied,
+            };
+            (policy, 3 + usize::from(count_denied))
         }
         AlgorithmWord::Gcra => {
-        let params = GcraParams {
-            limit: count(positional(1)?, name("burst"))?,
-            rate: count(positional(2)?, name("rate"))?,
-            period: duration(positional(3)?, name("period"))?,
-            interval: Interval::RoundUp,
-        };
-        (Policy::Gcra(gcra_params(params, name("burst"))?), 4)
+            let params = GcraParams {
+                limit: count(positional(1)?, name("burst"))?,
+                rate: count(positional(2)?, name("rate"))?,
+                period: duration(positional(3)?, name("period"))?,
+                interval: Interval::RoundUp,
+            };
+            (Policy::Gcra(gcra_params(params, name("burst"))?), 4)
         }
     };
     Ok((policy, used))
@@ -545,7 +544,9 @@ pub struct PolicyDefinition {
 /// A stored policy's definition (`RL.POLICY.SET name` and what follows):
 /// one limiter as RL.ALL takes it, then `BRIEF` or nothing.
 pub fn policy_definition(args: &(impl Args + ?Sized)) -> Result<PolicyDefinition, ArgError> {
-    let algorithm = (args.count() > 0).then(|| algorithm_word(args.get(0))).flatten();
+    let algorithm = (args.count() > 0)
+        .then(|| algorithm_word(args.get(0)))
+        .flatten();
     let Some(algorithm) = algorithm else {
         let found = if args.count() == 0 {
             "the end of the command".to_string()

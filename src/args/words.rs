@@ -64,7 +64,11 @@ mod tests {
         assert!(!is_keyword(b"WINDO\xf7", b"WINDOW"));
         for byte in 0..=255u8 {
             let word = [byte];
-            assert_eq!(is_keyword(&word, b"W"), byte.eq_ignore_ascii_case(&b'W'), "byte {byte}");
+            assert_eq!(
+                is_keyword(&word, b"W"),
+                byte.eq_ignore_ascii_case(&b'W'),
+                "byte {byte}"
+            );
         }
     }
 }

@@ -248,6 +248,7 @@ pub type PerLimiter<T> = smallvec::SmallVec<[T; 4]>;
 /// untouched and report their state as it stays (their `COST 0` outcome), so
 /// `remaining` is what is really left. With PARTIAL every limiter is asked
 /// for the least that all of them have.
+#[inline]
 pub fn decide_all(
     policies: &[Policy],
     states: &[Option<&Limiter>],

@@ -87,7 +87,8 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
             Slot::Ours(limiter) => states.push(Some(&*limiter)),
         }
     }
-    let (mut compound, mut effects) = policy::decide_all(&policies, &states, now, options.request());
+    let (mut compound, mut effects) =
+        policy::decide_all(&policies, &states, now, options.request());
     drop(states);
     // The limiters a LOCKOUT locked, by index: empty (no allocation) but
     // when a lock happens.
