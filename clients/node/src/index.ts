@@ -6,6 +6,8 @@ export type { Duration, Limiter, TokenBucket, Window, SlidingLog, Gcra, PolicyRe
 export { sameSlot, limitSize } from './limiters.js';
 export { DenyCache } from './denyCache.js';
 export type { DenyCacheOptions, DenyQuery, Sent } from './denyCache.js';
+export { TokenBatcher, BatchStats } from './batching.js';
+export type { Batchable, TokenBatcherOptions } from './batching.js';
 export { SplitLimit, shares, splitLimit, shardKeys, keySlot } from './split.js';
 export type { SplitLimitOptions } from './split.js';
 export {
