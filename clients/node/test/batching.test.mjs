@@ -219,7 +219,7 @@ describe('TokenBatcher', () => {
     // ends with batches (of up to 30) still held, which the busy window after it must not spend.
     const report = await runScale([server.port], {
       mechanism: 'batching', cluster: false, processes: 2, clients: 2, callers: 3, rate: 150, pattern: 'alternate', lowFactor: 0.1,
-      seconds: 2, limit: 100, periodMs: 500, maxBatch: 30, refundMarginMs: 50, key: uniq('procs'),
+      seconds: 2, limit: 100, periodMs: 500, maxBatch: 30, key: uniq('procs'),
     });
     assert.ok(report.fullWindows.length >= 2, 'the run covers whole windows');
     assert.deepEqual(report.over, {}, `windows over the limit of 100: ${JSON.stringify(report.admittedByWindow)}`);
