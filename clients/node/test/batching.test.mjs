@@ -8,7 +8,7 @@ import { execFile } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { promisify } from 'node:util';
 import { RateLimitClient, TokenBatcher } from '../dist/esm/index.js';
-import { connect, server, sleep, uniq } from './helpers.mjs';
+import { connect, mulberry32, server, sleep, uniq } from './helpers.mjs';
 import { runScale } from './scale.mjs';
 
 /** Starts at the real monotonic clock (the server's windows are real) and moves only when told. */
@@ -49,6 +49,28 @@ describe('TokenBatcher', () => {
     assert.equal(batchers.reduce((n, b) => n + b.stats.admitted, 0), 300);
     const calls = batchers.reduce((n, b) => n + b.stats.serverCalls, 0);
     assert.ok(calls < 300 / 2, `${calls} server calls`);
+  });
+
+  test('mixed costs from concurrent callers, exact top-ups among them: the server counted exactly what was admitted', async () => {
+    const random = mulberry32(5);
+    let topUps = 0; // calls for the rest of a cost, not partial: they come as a budget runs out
+    const wire = (c) => ({ call: (...args) => { if (args[0] === 'RL.WINDOW' && !args.includes('PARTIAL')) topUps++; return c.call(...args); } });
+    for (let round = 0; round < 10; round++) {
+      const key = uniq('mixed');
+      const limit = window(200, '1h');
+      const batchers = conns.map((c) => new TokenBatcher(new RateLimitClient(wire(c), { timeoutMs: 5000 }), key, limit, { maxBatch: 12, background: false }));
+      let admitted = 0;
+      await Promise.all(batchers.flatMap((b) => Array.from({ length: 4 }, async () => {
+        for (let i = 0; i < 40; i++) {
+          const cost = 1 + Math.floor(random() * 7);
+          if ((await b.acquire(cost)).allowed) admitted += cost;
+        }
+      })));
+      await Promise.all(batchers.map((b) => b.close()));
+      assert.ok(admitted <= 200 && admitted > 100, `round ${round}: ${admitted} admitted`);
+      assert.equal(await used(key, 200), admitted, `round ${round}: no unit spent twice, none lost`);
+    }
+    assert.ok(topUps > 0, 'the runs made exact top-ups');
   });
 
   test('concurrent callers that run short wait for one batch request, not one each', async () => {
