@@ -3,10 +3,11 @@
  * ioredis connection (standalone `Redis` or `Cluster`), with a timeout on
  * every call and a failure policy (README: "Keys, clients and failure").
  */
+import { DenyCache } from './denyCache.js';
 import { fromClientError, isUnavailable, RateLimitError, RateLimitReplyError, RateLimitTimeoutError } from './errors.js';
 import {
   type CallOptions, type Duration, type Limiter, type PolicyRef,
-  durationArg, durationMs, limiterArgs, optionArgs, parseLimiter, windowOf,
+  durationArg, durationMs, limitSize, limiterArgs, optionArgs, parseLimiter, windowOf,
 } from './limiters.js';
 import { AllResult, type Extra, parseAll, parseResult, RateLimitResult } from './result.js';
 
@@ -39,6 +40,12 @@ export interface ClientOptions {
    * connection. Give it no `commandTimeout` (this client times calls itself).
    */
   blockingConnection?: ValkeyLike;
+  /**
+   * Answers `check` (and `tokenBucket`, `window`, `slidingLog`, `gcra`)
+   * locally while the server's last denial of the same request lasts
+   * (off unless given; see DenyCache).
+   */
+  denyCache?: DenyCache;
 }
 
 /**
@@ -75,6 +82,7 @@ export class RateLimitClient {
   readonly failMode: 'open' | 'closed';
   private readonly onError: ((err: RateLimitError) => void) | undefined;
   private readonly blocking: ValkeyLike;
+  readonly denyCache: DenyCache | undefined;
 
   constructor(connection: ValkeyLike, options: ClientOptions = {}) {
     if (typeof connection?.call !== 'function') throw new TypeError('RateLimitClient needs an iovalkey or ioredis client (Redis or Cluster)');
@@ -84,6 +92,7 @@ export class RateLimitClient {
     if (this.failMode !== 'open' && this.failMode !== 'closed') throw new TypeError(`failMode must be 'open' or 'closed', not ${JSON.stringify(this.failMode)}`);
     this.onError = options.onError;
     this.blocking = options.blockingConnection ?? connection;
+    this.denyCache = options.denyCache;
   }
 
   // ---- the algorithms ----
@@ -108,12 +117,24 @@ export class RateLimitClient {
     return this.check(key, { algorithm: 'gcra', burst, rate, period }, options);
   }
 
-  /** Any limiter, by definition: `check(key, { algorithm: 'window', limit: 100, period: '1m' })`. */
+  /**
+   * Any limiter, by definition: `check(key, { algorithm: 'window', limit: 100, period: '1m' })`.
+   * With a deny cache, a request it still knows denied is answered locally (`local: true`).
+   */
   check(key: string, limiter: Limiter, options: CallOptions = {}): Promise<RateLimitResult> {
     const [command, ...params] = limiterArgs(limiter);
     const name = `RL.${command as string}`;
     const args = [key, ...params, ...optionArgs(options)];
-    return this.decide(name, args, options, limitOf(limiter), windowOf(limiter));
+    const cache = this.denyCache;
+    const query = cache && DenyCache.query(key, limiter, options);
+    if (cache === undefined || query === undefined) return this.decide(name, args, options, limitSize(limiter), windowOf(limiter));
+    const local = cache.check(query);
+    if (local !== undefined) return Promise.resolve(local);
+    const sent = cache.sending();
+    return this.decide(name, args, options, limitSize(limiter), windowOf(limiter)).then((result) => {
+      cache.record(query, sent, result);
+      return result;
+    });
   }
 
   /** RL.LIMIT key policy [options]: a stored policy applied to a key. */
@@ -161,12 +182,14 @@ export class RateLimitClient {
 
   /** RL.REFUND key amount: give units back; null when the key holds no limiter. `refunded` says how much came back. */
   async refund(key: string, amount = 1): Promise<RateLimitResult | null> {
+    this.denyCache?.forget(key);
     const reply = await this.send('RL.REFUND', [key, amount]);
     return reply === null ? null : parseResult(reply, 'RL.REFUND', 'refunded', undefined);
   }
 
   /** RL.UNLOCK key: lift a LOCKOUT now; false when there was none. */
   async unlock(key: string): Promise<boolean> {
+    this.denyCache?.forget(key);
     return Number(await this.send('RL.UNLOCK', [key])) === 1;
   }
 
@@ -228,6 +251,7 @@ export class RateLimitClient {
 
   /** DEL key: forget a limiter (it is full again). True when there was one. */
   async reset(key: string): Promise<boolean> {
+    this.denyCache?.forget(key);
     return Number(await this.send('DEL', [key])) === 1;
   }
 
@@ -306,12 +330,7 @@ export class LeaseDeniedError extends RateLimitError {
 }
 
 function limitOf(l: Limiter | PolicyRef): number {
-  switch (l.algorithm) {
-    case 'tokenbucket': return l.capacity;
-    case 'gcra': return l.burst;
-    case 'policy': return 0;
-    default: return l.limit;
-  }
+  return l.algorithm === 'policy' ? 0 : limitSize(l);
 }
 
 function openResult(limit: number, windowMs: number | undefined, cost = 1): RateLimitResult {

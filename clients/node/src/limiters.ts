@@ -60,6 +60,15 @@ export function limiterArgs(l: Limiter | PolicyRef): (string | number)[] {
   }
 }
 
+/** How many units the limiter holds when full: the capacity, the burst, or the limit. */
+export function limitSize(l: Limiter): number {
+  switch (l.algorithm) {
+    case 'tokenbucket': return l.capacity;
+    case 'gcra': return l.burst;
+    default: return l.limit;
+  }
+}
+
 /** The time the limiter's quota covers (`w=` of RateLimit-Policy): the period, or the time to refill a whole burst. */
 export function windowOf(l: Limiter | PolicyRef): number | undefined {
   switch (l.algorithm) {

@@ -43,11 +43,16 @@ export class RateLimitResult {
   readonly windowMs: number | undefined;
   /** True when the limiter was unavailable and the client is set to fail open: this is not a decision of the server. */
   readonly failedOpen: boolean;
+  /**
+   * True when this process decided without asking the server: a denial the
+   * deny cache still remembers, or units spent from a token batch.
+   */
+  readonly local: boolean;
 
   constructor(fields: {
     allowed: boolean; limit: number; remaining: number; retryAfterMs: number; resetAfterMs: number;
     granted?: number | undefined; refunded?: number | undefined; leaseId?: string | null | undefined;
-    leaseTtlMs?: number | undefined; windowMs?: number | undefined; failedOpen?: boolean;
+    leaseTtlMs?: number | undefined; windowMs?: number | undefined; failedOpen?: boolean; local?: boolean;
   }) {
     this.allowed = fields.allowed;
     this.limit = fields.limit;
@@ -60,6 +65,7 @@ export class RateLimitResult {
     this.leaseTtlMs = fields.leaseTtlMs;
     this.windowMs = fields.windowMs;
     this.failedOpen = fields.failedOpen ?? false;
+    this.local = fields.local ?? false;
   }
 
   /** `Retry-After` in whole seconds (rounded up, at least 1) when denied; null when allowed or when it can never pass. */
@@ -87,8 +93,18 @@ export class RateLimitResult {
     };
     for (const k of ['granted', 'refunded', 'leaseId', 'leaseTtlMs'] as const) if (this[k] !== undefined) out[k] = this[k];
     if (this.failedOpen) out.failedOpen = true;
+    if (this.local) out.local = true;
     return out;
   }
+}
+
+/** `result` with some fields changed (results are immutable). */
+export function withFields(result: RateLimitResult, changes: Partial<ConstructorParameters<typeof RateLimitResult>[0]>): RateLimitResult {
+  return new RateLimitResult({
+    allowed: result.allowed, limit: result.limit, remaining: result.remaining, retryAfterMs: result.retryAfterMs,
+    resetAfterMs: result.resetAfterMs, granted: result.granted, refunded: result.refunded, leaseId: result.leaseId,
+    leaseTtlMs: result.leaseTtlMs, windowMs: result.windowMs, failedOpen: result.failedOpen, local: result.local, ...changes,
+  });
 }
 
 /** RL.ALL's decision: all or nothing over several limiters. */

@@ -25,3 +25,15 @@ export async function connect(Lib = Valkey, options = {}) {
 export const uniq = (name = 'k') => `test:${name}:${randomUUID().slice(0, 8)}`;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A seeded random number generator in [0, 1): the same sequence every run. */
+export function mulberry32(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
