@@ -103,6 +103,15 @@ class Refund:
 Steps = Generator[Take | Refund, Result | None, T]
 
 
+def batchable(limit: object) -> Batchable:
+    """``limit`` if a batch can be taken from it exactly; else the error that says why not."""
+    if isinstance(limit, Window) and limit.sliding:
+        raise ValueError(SLIDING_REFUSED)
+    if not isinstance(limit, (Window, TokenBucket, Gcra)):
+        raise TypeError(KIND_REFUSED.format(kind=type(limit).__name__))
+    return limit
+
+
 class Ledger:
     """One (key, limit) as this process holds it: units taken, their deadlines, the recent rate.
 
@@ -110,11 +119,7 @@ class Ledger:
     """
 
     def __init__(self, limit: Batchable, options: BatchOptions, name: str) -> None:
-        if isinstance(limit, Window) and limit.sliding:
-            raise ValueError(SLIDING_REFUSED)
-        if not isinstance(limit, (Window, TokenBucket, Gcra)):
-            raise TypeError(KIND_REFUSED.format(kind=type(limit).__name__))
-        self.limit = limit
+        self.limit = batchable(limit)
         self.options = options
         self.target = options.target
         self.min_batch = max(1, options.min_batch)
