@@ -44,7 +44,7 @@ from types import TracebackType
 
 from valkey.crc import key_slot
 
-from ._ledger import BatchOptions, Ledger, batchable
+from ._ledger import Batchable, BatchOptions, Ledger, batchable
 from ._steps import run
 from .batching import TokenBatcher
 from .client import RateLimiter
@@ -135,7 +135,7 @@ class _Shards:
         first = self.rng.choice(ready)
         return first, (first + self.rng.randrange(1, n)) % n
 
-    def _batchable(self) -> list[tuple[str, Window | TokenBucket | Gcra]]:
+    def _batchable(self) -> list[tuple[str, Batchable]]:
         return [(key, batchable(limit)) for key, limit in zip(self.keys, self.limits, strict=True)]
 
     def _as_whole(self, result: Result, name: str) -> Result:
