@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 import valkey
@@ -50,3 +50,24 @@ async def alimiter(
         client = AsyncValkeyCluster(host="127.0.0.1", port=cluster_server.port)
     yield AsyncRateLimiter(client)
     await client.aclose()
+
+
+@pytest.fixture(params=["standalone", "cluster"])
+async def aconnect(
+    request: pytest.FixtureRequest, server: Server, cluster_server: Server
+) -> AsyncIterator[Callable[[], AsyncRateLimiter]]:
+    """Makes async limiters, each on a client (connections) of its own: several processes' worth."""
+    target = server if request.param == "standalone" else cluster_server
+    target.client.flushall()
+    clients: list[avalkey.Valkey | AsyncValkeyCluster] = []
+
+    def connect() -> AsyncRateLimiter:
+        if request.param == "standalone":
+            clients.append(avalkey.Valkey(host="127.0.0.1", port=target.port))
+        else:
+            clients.append(AsyncValkeyCluster(host="127.0.0.1", port=target.port))
+        return AsyncRateLimiter(clients[-1])
+
+    yield connect
+    for client in clients:
+        await client.aclose()

@@ -7,28 +7,93 @@ Every process sends requests at a steady ``rate`` against one fixed-window
 limit of ``limit`` per ``period_ms``, through one mechanism, and reports each
 admission under the window it belongs to. An admission the server decided
 belongs to the window the reply names (its end is now + ``reset_after_ms``);
-one spent from a batch (``local``) to the window holding the moment the call
-began, which is after the units were taken and before the batch's deadline,
-so a batch spent in the wrong window shows up as a window over its limit.
-Server calls are the cluster's own count (``INFO commandstats``) of RL
-commands.
+one spent from a batch (``local``) to the window holding the moment the
+batcher spent it (``SpendClock``), so a batch spent in the wrong window shows
+up as a window over its limit. The ``-async`` mechanisms run ``COROUTINES``
+coroutines per process on one asyncio client, each sending its part of the
+rate, all at the same moments (so they meet on one batcher's fetch). Server
+calls are the cluster's own count (``INFO commandstats``) of RL commands.
 """
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import random
 import time
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from valkey.asyncio.cluster import ValkeyCluster as AsyncValkeyCluster
 from valkey.cluster import ValkeyCluster
 
-from valkey_ratelimit import DenyCache, RateLimiter, Result, SplitLimit, TokenBatcher, Window
+from valkey_ratelimit import (
+    AsyncRateLimiter,
+    AsyncSplitLimit,
+    AsyncTokenBatcher,
+    BatchOptions,
+    DenyCache,
+    RateLimiter,
+    Result,
+    SplitLimit,
+    TokenBatcher,
+    Window,
+)
 
-Mechanism = Literal["direct", "deny-cache", "batching", "split", "split+deny-cache"]
-MECHANISMS: tuple[Mechanism, ...] = ("direct", "deny-cache", "batching", "split", "split+deny-cache")
+Mechanism = Literal[
+    "direct",
+    "deny-cache",
+    "batching",
+    "split",
+    "split+deny-cache",
+    "split+batching",
+    "batching-async",
+    "split+batching-async",
+]
+MECHANISMS: tuple[Mechanism, ...] = (
+    "direct",
+    "deny-cache",
+    "batching",
+    "split",
+    "split+deny-cache",
+    "split+batching",
+    "batching-async",
+    "split+batching-async",
+)
+#: Coroutines per process of the ``-async`` mechanisms.
+COROUTINES = 4
+
+
+class SpendClock:
+    """``time.monotonic`` for batchers, remembering per thread and per task its last reading.
+
+    A batcher reads its clock last when it decides to spend held units, so
+    after a local admission that reading is the moment it was spent: the
+    window to count it in, whatever the caller waited for (a lock, a fetch
+    made by another coroutine) before or after.
+    """
+
+    def __init__(self) -> None:
+        self._last: ContextVar[float] = ContextVar("spent_at", default=0.0)
+        self._wall_offset = time.time() - time.monotonic()
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        self._last.set(now)
+        return now
+
+    def last_ms(self) -> float:
+        """This thread's or task's last reading on the wall clock, in ms: the server's windows are on it."""
+        return (self._last.get() + self._wall_offset) * 1000
+
+
+def window_of(result: Result, spent_ms: float, period_ms: int) -> int:
+    """The fixed window an admission belongs to: a local one's by when it was spent, a server's by its reply."""
+    if result.local:
+        return int(spent_ms // period_ms)
+    return round((time.time() * 1000 + result.reset_after_ms) / period_ms) - 1
 
 
 @dataclass(frozen=True)
@@ -82,25 +147,36 @@ class Report:
         return self.server_calls / max(1, self.admitted)
 
 
-def _window_of(result: Result, began_ms: float, period_ms: int) -> int:
-    if result.local:
-        return int(began_ms // period_ms)
-    return round((time.time() * 1000 + result.reset_after_ms) / period_ms) - 1
+def _batch_options(scenario: Scenario, clock: SpendClock) -> BatchOptions:
+    """The scenario's batch bounds; split over shares, ``max_batch`` is split too (the same units held)."""
+    max_batch = scenario.max_batch
+    if max_batch is not None and scenario.mechanism.startswith("split"):
+        max_batch = max(1, max_batch // scenario.shards)
+    return BatchOptions(max_batch=max_batch, target=scenario.target, clock=clock)
 
 
 def _worker(ports: list[int], scenario: Scenario, start: float, seed: int) -> tuple[int, Counter[int]]:
+    if scenario.mechanism.endswith("-async"):
+        return asyncio.run(_async_worker(ports, scenario, start, seed))
     # valkey-py types its command methods only partly: the client is used as Any.
     client: Any = ValkeyCluster("127.0.0.1", ports[0])
     cache = DenyCache() if scenario.mechanism.endswith("deny-cache") else None
     limiter = RateLimiter(client, deny_cache=cache)
     limit = Window(scenario.limit, f"{scenario.period_ms}ms")
+    clock = SpendClock()
+    options = _batch_options(scenario, clock)
     batcher = (
-        TokenBatcher(limiter, scenario.key, limit, max_batch=scenario.max_batch, target=scenario.target)
-        if scenario.mechanism == "batching"
-        else None
+        TokenBatcher(limiter, scenario.key, limit, **options.keywords()) if scenario.mechanism == "batching" else None
     )
     split = (
-        SplitLimit(limiter, scenario.key, limit, scenario.shards, rng=random.Random(seed))
+        SplitLimit(
+            limiter,
+            scenario.key,
+            limit,
+            scenario.shards,
+            rng=random.Random(seed),
+            batching=options if scenario.mechanism == "split+batching" else None,
+        )
         if scenario.mechanism.startswith("split")
         else None
     )
@@ -117,7 +193,6 @@ def _worker(ports: list[int], scenario: Scenario, start: float, seed: int) -> tu
             elif now - due > 0.1:  # too far behind: steady demand, not a backlog
                 requests = int((now - start) / interval)
             requests += 1
-            began_ms = time.time() * 1000
             if batcher is not None:
                 result = batcher.acquire()
             elif split is not None:
@@ -125,12 +200,54 @@ def _worker(ports: list[int], scenario: Scenario, start: float, seed: int) -> tu
             else:
                 result = limiter.hit(scenario.key, limit)
             if result.allowed:
-                admitted[_window_of(result, began_ms, scenario.period_ms)] += 1
+                admitted[window_of(result, clock.last_ms(), scenario.period_ms)] += 1
     finally:
         if batcher is not None:
             batcher.close()
+        if split is not None:
+            split.close()
         client.close()
     return requests, admitted
+
+
+async def _async_worker(ports: list[int], scenario: Scenario, start: float, seed: int) -> tuple[int, Counter[int]]:
+    client = AsyncValkeyCluster(host="127.0.0.1", port=ports[0])
+    limiter = AsyncRateLimiter(client)
+    limit = Window(scenario.limit, f"{scenario.period_ms}ms")
+    clock = SpendClock()
+    options = _batch_options(scenario, clock)
+    source: AsyncSplitLimit | AsyncTokenBatcher
+    if scenario.mechanism.startswith("split"):
+        rng = random.Random(seed)
+        source = AsyncSplitLimit(limiter, scenario.key, limit, scenario.shards, rng=rng, batching=options)
+    else:
+        source = AsyncTokenBatcher(limiter, scenario.key, limit, **options.keywords())
+    hit = source.hit if isinstance(source, AsyncSplitLimit) else source.acquire
+    admitted: Counter[int] = Counter()
+    end = start + scenario.seconds
+    interval = COROUTINES / scenario.rate
+
+    async def send() -> int:
+        requests = 0
+        while (now := time.time()) < end:
+            due = start + requests * interval
+            if due > now:
+                await asyncio.sleep(due - now)
+            elif now - due > 0.1:
+                requests = int((now - start) / interval)
+            requests += 1
+            result = await hit()
+            if result.allowed:
+                admitted[window_of(result, clock.last_ms(), scenario.period_ms)] += 1
+        return requests
+
+    await asyncio.sleep(max(0.0, start - time.time()))
+    try:
+        sent = await asyncio.gather(*(send() for _ in range(COROUTINES)))
+    finally:
+        await source.aclose()
+        await client.aclose()
+    return sum(sent), admitted
 
 
 def _rl_calls(ports: list[int]) -> int:

@@ -2,8 +2,10 @@
 
 Demand is three times the limit, and 1.2 times with large batches (units are
 then still held when a window ends: spending them in the next one would show).
-Whatever the mechanism, no window may admit more than the limit; batching and
-the deny cache must save server calls.
+The mechanisms include split budgets with a batcher per share, and the
+asyncio batchers (four coroutines per process on one client, meeting on one
+batcher's fetch). Whatever the mechanism, no window may admit more than the
+limit; batching and the deny cache must save server calls.
 (Utilisation is measured, not asserted: it depends on how fast this machine
 lets the processes send; bench/cluster_scale.py reports it.)
 """
@@ -69,3 +71,7 @@ def test_batching_and_the_deny_cache_save_server_calls(reports: dict[tuple[str, 
     assert calls("deny-cache") < calls("direct") / 1.5
     assert calls("split+deny-cache") < calls("split") / 1.5
     assert calls("batching") < 0.5
+    assert calls("batching-async") < 0.5
+    # Per-share batches are a third of the size (a tenth of a share), and a denied share is asked again.
+    assert calls("split+batching") < 1.0
+    assert calls("split+batching-async") < 1.0

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import pytest
 from valkey.crc import key_slot
 
-from valkey_ratelimit import Gcra, RateLimiter, SlidingLog, SplitLimit, TokenBucket, Window, shard_keys, split_limit
+from valkey_ratelimit import (
+    AsyncRateLimiter,
+    AsyncSplitLimit,
+    BatchOptions,
+    Gcra,
+    RateLimiter,
+    SlidingLog,
+    SplitLimit,
+    TokenBucket,
+    Window,
+    shard_keys,
+    split_limit,
+)
 from valkey_ratelimit.split import shares
 
 T = TypeVar("T")
@@ -77,3 +90,64 @@ def test_split_never_admits_more_than_the_limit(limiter: RateLimiter) -> None:
     assert sum(r.allowed for r in results) == 10
     states = [limiter.inspect(k) for k in split.keys]
     assert sum(int(state["current"]) for state in states if state is not None) == 10
+
+
+def used(limiter: RateLimiter, keys: Sequence[str]) -> int:
+    states = [limiter.inspect(k) for k in keys]
+    return sum(int(state["current"]) for state in states if state is not None)
+
+
+def test_split_with_batching_admits_exactly_the_limit_in_fewer_calls(limiter: RateLimiter) -> None:
+    options = BatchOptions(min_batch=5, background=False)
+    with SplitLimit(limiter, "sb", Window(60, "1h"), 3, rng=random.Random(2), batching=options) as split:
+        results = [split.hit() for _ in range(300)]
+        assert sum(r.allowed for r in results) == 60
+        assert {r.limit for r in results} == {60}
+        assert sum(b.stats.server_calls for b in split.batchers) < 60 / 2
+    assert used(limiter, split.keys) == 60
+
+
+def test_split_with_batching_spends_held_units_before_taking_from_another_share(limiter: RateLimiter) -> None:
+    options = BatchOptions(min_batch=10, background=False)
+    with SplitLimit(limiter, "hp", Window(90, "1h"), 3, batching=options) as split:
+        assert all(split.hit().allowed for _ in range(10))
+        assert sum(b.stats.takes for b in split.batchers) == 1 and sum(b.held for b in split.batchers) == 0
+        assert split.hit(2).allowed
+        assert sum(b.stats.takes for b in split.batchers) == 2 and sum(b.held for b in split.batchers) == 8
+        assert used(limiter, split.keys) == 20
+    assert used(limiter, split.keys) == 12  # closing gave the 8 back
+
+
+@pytest.mark.parametrize(
+    ("limit", "error"), [(Window(30, "1m", sliding=True), ValueError), (SlidingLog(30, "1m"), TypeError)]
+)
+def test_split_with_batching_refuses_sliding_limits(
+    limiter: RateLimiter, limit: Window | SlidingLog, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="batch"):
+        SplitLimit(limiter, "r", limit, 3, batching=BatchOptions(background=False))
+
+
+async def test_async_split_never_admits_more_than_the_limit(aconnect: Callable[[], AsyncRateLimiter]) -> None:
+    split = AsyncSplitLimit(aconnect(), "as", Window(10, "1h"), 3, rng=random.Random(1))
+    results = [await split.hit() for _ in range(60)]
+    assert sum(r.allowed for r in results) == 10
+
+
+async def test_async_split_with_batching_and_many_coroutines_admits_exactly_the_limit(
+    aconnect: Callable[[], AsyncRateLimiter],
+) -> None:
+    limiter = aconnect()
+    options = BatchOptions(min_batch=5, background=False)
+    async with AsyncSplitLimit(limiter, "asb", Window(90, "1h"), 3, rng=random.Random(5), batching=options) as split:
+
+        async def spend() -> int:
+            admitted = 0
+            for _ in range(20):
+                admitted += (await split.hit()).allowed
+            return admitted
+
+        assert sum(await asyncio.gather(*(spend() for _ in range(30)))) == 90
+        assert sum(b.stats.server_calls for b in split.batchers) < 90 / 2
+    states = [await limiter.inspect(k) for k in split.keys]
+    assert sum(int(state["current"]) for state in states if state is not None) == 90

@@ -13,7 +13,9 @@ then ``storage_uri="valkey-ratelimit://host:6379"``.
 """
 
 from .asyncio import AsyncRateLimiter
-from .batching import BatchStats, TokenBatcher
+from .asyncio_batching import AsyncTokenBatcher
+from .asyncio_split import AsyncSplitLimit
+from .batching import BatchOptions, BatchStats, TokenBatcher
 from .client import RateLimiter, connect
 from .deny_cache import DenyCache
 from .errors import (
@@ -35,6 +37,9 @@ __version__ = "0.1.0"
 __all__ = [
     "AllResult",
     "AsyncRateLimiter",
+    "AsyncSplitLimit",
+    "AsyncTokenBatcher",
+    "BatchOptions",
     "BatchStats",
     "CellResult",
     "CommandError",

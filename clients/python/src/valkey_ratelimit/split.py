@@ -14,6 +14,24 @@ it gives up: a request denied by both its picks while a third shard still has
 units is denied (utilisation below 1 when the demand is near the limit), a
 request costing more than one share can never pass, and each shard refills
 on its own.
+
+With ``batching`` (``BatchOptions``), each share is spent through a batcher
+of its own (``valkey_ratelimit.batching``; ``max_batch`` defaults to a tenth
+of the share). Each batcher keeps its share as exactly as it keeps a whole
+limit, so the sum still holds: fixed windows exact, token buckets and GCRA
+at most ``rate * max_hold`` more per span in all. A request goes first to a
+shard whose batcher holds enough units, else to one whose batcher is taking
+a batch (it waits for that batch), else to a random one; on a denial, to a
+second random shard. So a process serving one request at a time holds one
+share's batch, and fewer than a request's cost on the others. Under-use:
+besides what two choices miss, the units other processes hold, at most
+``max_batch`` per share per process (one share's worth while requests come
+one at a time), back when they are spent, idle, or at the window's refund
+deadline.
+
+The picks and the choice between two answers are written once, without I/O
+(``_Shards``); ``SplitLimit`` and ``AsyncSplitLimit``
+(``valkey_ratelimit.asyncio_split``) only send them.
 """
 
 from __future__ import annotations
@@ -21,9 +39,14 @@ from __future__ import annotations
 import dataclasses
 import random
 import zlib
+from collections.abc import Generator, Sequence
+from types import TracebackType
 
 from valkey.crc import key_slot
 
+from ._ledger import Batchable, BatchOptions, Ledger, batchable
+from ._steps import run
+from .batching import TokenBatcher
 from .client import RateLimiter
 from .limiters import Algorithm, Gcra, SlidingLog, TokenBucket, Window, limit_size
 from .results import Result
@@ -78,11 +101,55 @@ def shard_keys(key: str, n: int) -> list[str]:
     return keys
 
 
-class SplitLimit:
+class _Shards:
+    """What the sync and asyncio split limits share: the keys, the shares, which shards to try."""
+
+    def __init__(self, key: str, limit: Algorithm, shards: int, rng: random.Random | None) -> None:
+        self.limit = limit
+        self.keys = shard_keys(key, shards)
+        self.limits = split_limit(limit, shards)
+        self.total = sum(limit_size(lim) for lim in self.limits)
+        self.rng = rng or random.Random()
+
+    def _plan(self, cost: int, ledgers: Sequence[Ledger]) -> Generator[int, Result, Result]:
+        """Yields the shards to ask, is sent each one's answer; returns the request's."""
+        first, second = self._picks(cost, ledgers)
+        result = yield first
+        if result.allowed or second is None:
+            return result
+        other = yield second
+        if other.allowed:
+            return other
+        return min(result, other, key=lambda r: r.retry_after_ms if r.retry_after_ms >= 0 else float("inf"))
+
+    def _picks(self, cost: int, ledgers: Sequence[Ledger]) -> tuple[int, int | None]:
+        n = len(self.keys)
+        if n == 1:
+            return 0, None
+        # Units already here, then a batch already coming: a new batch elsewhere would strand
+        # this process's units on two shares.
+        ready = [i for i, b in enumerate(ledgers) if b.held >= cost] or [i for i, b in enumerate(ledgers) if b.busy]
+        if not ready:
+            first, second = self.rng.sample(range(n), 2)
+            return first, second
+        first = self.rng.choice(ready)
+        return first, (first + self.rng.randrange(1, n)) % n
+
+    def _batchable(self) -> list[tuple[str, Batchable]]:
+        return [(key, batchable(limit)) for key, limit in zip(self.keys, self.limits, strict=True)]
+
+    def _as_whole(self, result: Result, name: str) -> Result:
+        return dataclasses.replace(result, limit=self.total, name=name)
+
+
+class SplitLimit(_Shards):
     """``limit`` on ``key``, split over ``shards`` keys on different slots: ``hit`` like ``RateLimiter.hit``.
 
     Give ``limiter`` a ``DenyCache`` and a shard's denial is remembered per
     shard, so once every shard is out, requests are denied without a call.
+    Give ``batching`` and each share is spent through a ``TokenBatcher``:
+    then use it as a context manager, or call ``close()``, so that unused
+    units go back.
     """
 
     def __init__(
@@ -93,35 +160,46 @@ class SplitLimit:
         shards: int,
         *,
         rng: random.Random | None = None,
+        batching: BatchOptions | None = None,
     ) -> None:
+        super().__init__(key, limit, shards, rng)
         self.limiter = limiter
-        self.limit = limit
-        self.keys = shard_keys(key, shards)
-        self.limits = split_limit(limit, shards)
-        self.total = sum(limit_size(lim) for lim in self.limits)
-        self.rng = rng or random.Random()
+        self.batchers: list[TokenBatcher] = []
+        if batching is not None:
+            self.batchers = [TokenBatcher(limiter, k, lim, **batching.keywords()) for k, lim in self._batchable()]
 
     def hit(self, cost: int = 1, *, name: str = "default") -> Result:
-        """A request of ``cost`` on a random shard, then on a second one if the first denies it.
+        """A request of ``cost`` on one shard, then on a second one if the first denies it.
 
         The result is the answering shard's, with ``limit`` the whole limit:
         ``remaining`` is that shard's. On two denials, the one that frees sooner.
         """
-        first, second = self._picks()
-        result = self._hit(first, cost, name)
-        if result.allowed or second is None:
-            return result
-        other = self._hit(second, cost, name)
-        if other.allowed:
-            return other
-        return min(result, other, key=lambda r: r.retry_after_ms if r.retry_after_ms >= 0 else float("inf"))
-
-    def _picks(self) -> tuple[int, int | None]:
-        if len(self.keys) == 1:
-            return 0, None
-        first, second = self.rng.sample(range(len(self.keys)), 2)
-        return first, second
+        return run(self._plan(cost, self.batchers), lambda shard: self._hit(shard, cost, name))
 
     def _hit(self, shard: int, cost: int, name: str) -> Result:
-        result = self.limiter.hit(self.keys[shard], self.limits[shard], cost=cost, name=name)
-        return dataclasses.replace(result, limit=self.total)
+        if self.batchers:
+            result = self.batchers[shard].acquire(cost)
+        else:
+            result = self.limiter.hit(self.keys[shard], self.limits[shard], cost=cost, name=name)
+        return self._as_whole(result, name)
+
+    def maintain(self) -> None:
+        """Each batcher's ``maintain`` (with ``background=False``)."""
+        for batcher in self.batchers:
+            batcher.maintain()
+
+    def flush(self) -> None:
+        """Give back every unused unit of every share now."""
+        for batcher in self.batchers:
+            batcher.flush()
+
+    def close(self) -> None:
+        """Close every share's batcher, giving back what is left; idempotent."""
+        for batcher in self.batchers:
+            batcher.close()
+
+    def __enter__(self) -> SplitLimit:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
