@@ -257,7 +257,21 @@ class Ledger:
         self.stats.takes += 1
         if top_up.allowed and not top_up.degraded:
             self._add(rest, sent_at, top_up)
-            return self._spend(cost, local=False, reset_after_ms=top_up.reset_after_ms)
+            # The window may have ended while the top-up was out: the units held from it may not be
+            # spent in the next one. Then this request is denied (fewer admitted, never more).
+            yield from self._expire(self.clock())
+            if self._held >= cost:
+                return self._spend(cost, local=False, reset_after_ms=top_up.reset_after_ms)
+            self.stats.denied += 1
+            return Result(
+                False,
+                limit_size(self.limit),
+                top_up.remaining,
+                1,
+                top_up.reset_after_ms,
+                name=self.name,
+                window_seconds=self.limit.window_seconds(),
+            )
         self.stats.denied += 1
         return top_up
 
