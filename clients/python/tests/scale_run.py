@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from valkey.asyncio.cluster import ValkeyCluster as AsyncValkeyCluster
 from valkey.cluster import ValkeyCluster
@@ -52,16 +52,7 @@ Mechanism = Literal[
     "batching-async",
     "split+batching-async",
 ]
-MECHANISMS: tuple[Mechanism, ...] = (
-    "direct",
-    "deny-cache",
-    "batching",
-    "split",
-    "split+deny-cache",
-    "split+batching",
-    "batching-async",
-    "split+batching-async",
-)
+MECHANISMS: tuple[Mechanism, ...] = get_args(Mechanism)
 #: Coroutines per process of the ``-async`` mechanisms.
 COROUTINES = 4
 
