@@ -420,9 +420,16 @@ const ALL_USAGE: &str = "RL.ALL numkeys key [key ...] limiter [limiter ...] [COS
 /// policy and the id its calls are counted under.
 pub type PolicyLookup<'a> = &'a dyn Fn(&[u8]) -> Option<(Policy, u64)>;
 
-/// RL.ALL's arguments: numkeys, the limiters in key order, for each the id
-/// of the stored policy it names (if it names one), and the options.
-pub type AllArgs = (usize, PerLimiter<Policy>, PerLimiter<Option<u64>>, Options);
+/// RL.ALL's arguments.
+#[derive(Debug, Default)]
+pub struct AllArgs {
+    pub numkeys: usize,
+    /// The limiters, in key order.
+    pub policies: PerLimiter<Policy>,
+    /// For each limiter, the id of the stored policy it names, if it does.
+    pub ids: PerLimiter<Option<u64>>,
+    pub options: Options,
+}
 
 /// The word that starts a limiter in RL.ALL and RL.POLICY.SET.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -609,13 +616,15 @@ fn block_with_count_denied() -> ArgError {
 }
 
 /// `numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]` (RL.ALL,
-/// from numkeys on). Returns numkeys, the limiters in key order and the
-/// options. Every error names the limiter and the argument it is about.
+/// from numkeys on), parsed into `out` (empty lists expected): filled where
+/// the caller keeps it, as returning the lists would copy them, on every
+/// call. Every error names the limiter and the argument it is about.
 pub fn all(
     args: &(impl Args + ?Sized),
     max_limiters: usize,
     stored: PolicyLookup,
-) -> Result<AllArgs, ArgError> {
+    out: &mut AllArgs,
+) -> Result<(), ArgError> {
     let numkeys = parse_u64(args.get(0))
         .filter(|n| (1..=max_limiters as u64).contains(n))
         .ok_or_else(|| {
@@ -630,8 +639,8 @@ pub fn all(
             args.count() - 1
         )));
     }
-    let mut policies = PerLimiter::with_capacity(numkeys);
-    let mut ids = PerLimiter::with_capacity(numkeys);
+    out.numkeys = numkeys;
+    let (policies, ids) = (&mut out.policies, &mut out.ids);
     let mut i = 1 + numkeys;
     while i < args.count() {
         let word = args.get(i);
@@ -687,14 +696,14 @@ pub fn all(
             policies.len() + 1
         )));
     }
-    let options = options(args, i, None, ALL_OPTIONS)?;
-    if options.block.is_some() {
+    out.options = options(args, i, None, ALL_OPTIONS)?;
+    if out.options.block.is_some() {
         return Err(ArgError(
             "ERR RL.ALL does not take BLOCK (waiting is for one limiter: RL.TOKENBUCKET, RL.GCRA, RL.WINDOW, RL.SLIDINGLOG, RL.LEASE)"
                 .into(),
         ));
     }
-    Ok((numkeys, policies, ids, options))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -804,19 +813,28 @@ mod tests {
         let parse = |w: &str| {
             let owned = words(w);
             let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
-            all(args.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None)
+            let mut out = AllArgs::default();
+            all(args.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None, &mut out).map(|()| out)
         };
-        let (n, policies, _, options) =
+        let parsed =
             parse("3 a b c TOKENBUCKET 10 1 1s window 100 1m SLIDING GCRA 5 1 1s COST 2 DRYRUN")
                 .unwrap();
         assert_eq!(
-            (n, policies.len(), options.cost, options.dry_run),
+            (
+                parsed.numkeys,
+                parsed.policies.len(),
+                parsed.options.cost,
+                parsed.options.dry_run
+            ),
             (3, 3, 2, true)
         );
-        assert!(matches!(policies[1], Policy::Window { sliding: true, .. }));
-        let (_, policies, _, _) = parse("1 a SLIDINGLOG 5 1h COUNTDENIED").unwrap();
         assert!(matches!(
-            policies[0],
+            parsed.policies[1],
+            Policy::Window { sliding: true, .. }
+        ));
+        let parsed = parse("1 a SLIDINGLOG 5 1h COUNTDENIED").unwrap();
+        assert!(matches!(
+            parsed.policies[0],
             Policy::SlidingLog {
                 count_denied: true,
                 ..

@@ -236,6 +236,18 @@ pub struct Compound {
     pub outcomes: PerLimiter<Outcome>,
 }
 
+impl Default for Compound {
+    /// Nothing decided yet: denied, no wait known, nothing granted.
+    fn default() -> Self {
+        Compound {
+            allowed: false,
+            retry_after: RetryAfter::Never,
+            granted: 0,
+            outcomes: PerLimiter::new(),
+        }
+    }
+}
+
 /// One entry per limiter of an RL.ALL call: inline up to four, the common
 /// case, so deciding allocates nothing.
 pub type PerLimiter<T> = smallvec::SmallVec<[T; 4]>;
@@ -248,13 +260,18 @@ pub type PerLimiter<T> = smallvec::SmallVec<[T; 4]>;
 /// untouched and report their state as it stays (their `COST 0` outcome), so
 /// `remaining` is what is really left. With PARTIAL every limiter is asked
 /// for the least that all of them have.
+///
+/// Written into `decided` and `effects` (empty lists expected), where the
+/// caller keeps them: returning the lists would copy them, on every call.
 #[inline]
 pub fn decide_all(
     policies: &[Policy],
     states: &[Option<&Limiter>],
     now: Millis,
     request: Request,
-) -> (Compound, PerLimiter<Option<Effect>>) {
+    decided: &mut Compound,
+    effects: &mut PerLimiter<Option<Effect>>,
+) {
     let mut request = request;
     if request.partial && request.cost > 0 {
         let there = policies
@@ -270,8 +287,7 @@ pub fn decide_all(
         request.cost = request.cost.min(there).max(1);
         request.partial = false;
     }
-    let mut outcomes = PerLimiter::with_capacity(policies.len());
-    let mut effects = PerLimiter::with_capacity(policies.len());
+    let outcomes = &mut decided.outcomes;
     for (policy, state) in policies.iter().zip(states) {
         let decision = policy.decide_request(*state, now, request);
         outcomes.push(decision.outcome);
@@ -295,8 +311,8 @@ pub fn decide_all(
         let decided = policies
             .iter()
             .zip(states)
-            .zip(&mut outcomes)
-            .zip(&mut effects);
+            .zip(outcomes.iter_mut())
+            .zip(effects.iter_mut());
         for (((policy, state), outcome), effect) in decided {
             if outcome.allowed {
                 *outcome = policy.decide_request(*state, now, peek).outcome;
@@ -304,16 +320,9 @@ pub fn decide_all(
             }
         }
     }
-    let granted = if allowed { request.cost } else { 0 };
-    (
-        Compound {
-            allowed,
-            retry_after,
-            granted,
-            outcomes,
-        },
-        effects,
-    )
+    decided.allowed = allowed;
+    decided.retry_after = retry_after;
+    decided.granted = if allowed { request.cost } else { 0 };
 }
 
 #[cfg(test)]
@@ -364,7 +373,17 @@ mod tests {
         cost: u64,
     ) -> (Compound, PerLimiter<Option<Effect>>) {
         let refs: Vec<Option<&Limiter>> = states.iter().map(Option::as_ref).collect();
-        decide_all(policies, &refs, NOW, request(cost))
+        decided(policies, &refs, request(cost))
+    }
+
+    fn decided(
+        policies: &[Policy],
+        states: &[Option<&Limiter>],
+        request: Request,
+    ) -> (Compound, PerLimiter<Option<Effect>>) {
+        let (mut compound, mut effects) = (Compound::default(), PerLimiter::new());
+        decide_all(policies, states, NOW, request, &mut compound, &mut effects);
+        (compound, effects)
     }
 
     #[test]
@@ -430,7 +449,7 @@ mod tests {
             partial: true,
             lockout: None,
         };
-        let (compound, effects) = decide_all(&policies, &refs, NOW, partial);
+        let (compound, effects) = decided(&policies, &refs, partial);
         assert!(compound.allowed);
         assert_eq!(compound.granted, 3);
         let mut states = states;

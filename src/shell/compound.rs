@@ -5,17 +5,18 @@
 
 use std::ffi::c_int;
 
-use smallvec::SmallVec;
-
 use super::commands::fields;
 use super::ffi::{self, Ctx, Key, Slot, Str};
 use super::keytype::raw_type;
 use super::{controls, metrics, policy_stats, replication};
-use crate::args;
+use crate::args::{self, AllArgs};
 use crate::core::limiter::{Effect, Limiter};
-use crate::core::policy::{self, PerLimiter, Policy};
+use crate::core::policy::{self, Compound, PerLimiter, Policy};
 use crate::core::slot;
 use crate::core::{Millis, RetryAfter};
+
+/// Two limiters with every option fit (RL.ALL's usual call has 11 words).
+const INLINE_WORDS: usize = 24;
 
 fn fail(ctx: Ctx, message: &str) -> c_int {
     metrics::record_error();
@@ -25,28 +26,42 @@ fn fail(ctx: Ctx, message: &str) -> c_int {
 /// `RL.ALL numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]`
 pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     // The server asks a getkeys-api command for its keys (cluster routing,
-    // ACL). Found in testing: with the numkeys key spec alone, a node that
-    // did not own the keys' slot executed the call and wrote them.
+    // key prefetching). Found in testing: with the numkeys key spec alone, a
+    // node that did not own the keys' slot executed the call and wrote them.
     if ffi::is_keys_position_request(ctx) {
         let count = args::parse_u64(ffi::bytes(argv[1])).unwrap_or(0) as usize;
         for position in 2..(2 + count).min(argv.len()) {
             ffi::key_at_pos(ctx, position);
         }
-        return ffi::reply_ok(ctx);
+        return ffi::NO_REPLY;
     }
     // Each argument's bytes are asked of the server once: the parser looks
-    // at most words several times.
-    let mut words: SmallVec<[&[u8]; 16]> = SmallVec::new();
-    words.extend(argv[1..].iter().map(|s| ffi::bytes(*s)));
-    let parsed = args::all(
-        words.as_slice(),
-        controls::max_limiters(),
-        &super::stored::lookup,
-    );
-    let (numkeys, policies, policy_ids, options) = match parsed {
-        Ok(parsed) => parsed,
-        Err(error) => return fail(ctx, &error.0),
+    // at most words several times. A plain array when they fit: no
+    // allocation and no capacity check per word (SmallVec's extend had both).
+    let mut inline: [&[u8]; INLINE_WORDS] = [&[]; INLINE_WORDS];
+    let spilled: Vec<&[u8]>;
+    let words: &[&[u8]] = if argv.len() - 1 <= INLINE_WORDS {
+        for (word, s) in inline.iter_mut().zip(&argv[1..]) {
+            *word = ffi::bytes(*s);
+        }
+        &inline[..argv.len() - 1]
+    } else {
+        spilled = argv[1..].iter().map(|s| ffi::bytes(*s)).collect();
+        &spilled
     };
+    // Parsed and decided into lists that stay here: moving them would copy
+    // them (a few hundred bytes each), on every call.
+    let mut parsed = AllArgs::default();
+    let lookup = &super::stored::lookup;
+    if let Err(error) = args::all(words, controls::max_limiters(), lookup, &mut parsed) {
+        return fail(ctx, &error.0);
+    }
+    let AllArgs {
+        numkeys,
+        ref policies,
+        ids: ref policy_ids,
+        options,
+    } = parsed;
     let names = &argv[2..2 + numkeys];
     let name_bytes = &words[1..1 + numkeys];
     for (i, name) in name_bytes.iter().enumerate() {
@@ -72,8 +87,8 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
         .map(|name| Key::open(ctx, *name, may_write))
         .collect();
     let now = ffi::now();
-    let mut states: PerLimiter<Option<&Limiter>> = PerLimiter::with_capacity(numkeys);
-    for ((key, policy), name) in keys.iter_mut().zip(&policies).zip(names) {
+    let mut states: PerLimiter<Option<&Limiter>> = PerLimiter::new();
+    for ((key, policy), name) in keys.iter_mut().zip(policies).zip(names) {
         let slot = match key.as_mut() {
             Some(key) => key.get::<Limiter>(raw_type()),
             None => Slot::Empty,
@@ -87,8 +102,10 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
             Slot::Ours(limiter) => states.push(Some(&*limiter)),
         }
     }
-    let (mut compound, mut effects) =
-        policy::decide_all(&policies, &states, now, options.request());
+    let mut compound = Compound::default();
+    let mut effects = PerLimiter::new();
+    let request = options.request();
+    policy::decide_all(policies, &states, now, request, &mut compound, &mut effects);
     drop(states);
     // The limiters a LOCKOUT locked, by index: empty (no allocation) but
     // when a lock happens.

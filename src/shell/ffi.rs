@@ -80,9 +80,14 @@ pub fn is_keys_position_request(ctx: Ctx) -> bool {
 }
 
 /// Answers a keys position request: argument `position` is a key.
+/// Reports a key the command reads and updates (its key spec's flags).
+/// KeyAtPos would claim full access, and convert its flags twice.
 pub fn key_at_pos(ctx: Ctx, position: usize) {
+    const UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW
+        | raw::REDISMODULE_CMD_KEY_ACCESS
+        | raw::REDISMODULE_CMD_KEY_UPDATE;
     // SAFETY: ctx is a keys position request context.
-    unsafe { raw::RedisModule_KeyAtPos.unwrap()(ctx, position as c_int) }
+    unsafe { raw::RedisModule_KeyAtPosWithFlags.unwrap()(ctx, position as c_int, UPDATE as c_int) }
 }
 
 pub fn is_cluster(ctx: Ctx) -> bool {
@@ -97,6 +102,10 @@ pub fn reply_error(ctx: Ctx, message: &str) -> c_int {
     // SAFETY: ctx is live; the message is NUL-terminated and copied by the server.
     unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, text.as_ptr()) }
 }
+
+/// What a command returns when it has nothing to reply (a keys position
+/// request: the server reads the keys reported, never a reply).
+pub const NO_REPLY: c_int = raw::Status::Ok as c_int;
 
 pub fn reply_ok(ctx: Ctx) -> c_int {
     // SAFETY: ctx is live; the string is static.
