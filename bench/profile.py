@@ -53,6 +53,9 @@ CASES = [
                                               "TOKENBUCKET", "1000000", "1", "1h", "WINDOW", "1000000", "1h"]),
     ("RL.ALL, two policies, keys that stay", ["RL.ALL", "2", "q1:{__rand_int__}", "q2:{__rand_int__}",
                                               "POLICY", "slowbucket", "POLICY", "win"]),
+    # Its one-integer reply (0, or the wait): the fastest form of the call.
+    ("RL.ALL BRIEF, two policies, keys that stay", ["RL.ALL", "2", "r1:{__rand_int__}", "r2:{__rand_int__}",
+                                                    "POLICY", "slowbucket", "POLICY", "win", "BRIEF"]),
     ("RL.PEEK", ["RL.PEEK", "fw:__rand_int__"]),
     ("RL.LIMIT, window policy", ["RL.LIMIT", "lw:__rand_int__", "win"]),
     ("RL.LIMIT BRIEF, window policy", ["RL.LIMIT", "lb:__rand_int__", "win", "BRIEF"]),

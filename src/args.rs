@@ -616,9 +616,10 @@ fn block_with_count_denied() -> ArgError {
 }
 
 /// `numkeys key [key ...] limiter [limiter ...] [COST n] [DRYRUN]` (RL.ALL,
-/// from numkeys on), parsed into `out` (empty lists expected): filled where
-/// the caller keeps it, as returning the lists would copy them, on every
-/// call. Every error names the limiter and the argument it is about.
+/// from numkeys on), parsed into `out` (its lists cleared first): filled
+/// where the caller keeps it, as returning the lists would copy them, on
+/// every call. Every error names the limiter and the argument it is about;
+/// after one, `out` holds nothing meaningful.
 pub fn all(
     args: &(impl Args + ?Sized),
     max_limiters: usize,
@@ -641,6 +642,8 @@ pub fn all(
     }
     out.numkeys = numkeys;
     let (policies, ids) = (&mut out.policies, &mut out.ids);
+    policies.clear();
+    ids.clear();
     let mut i = 1 + numkeys;
     while i < args.count() {
         let word = args.get(i);
@@ -804,6 +807,22 @@ mod tests {
             .unwrap_err()
             .0
             .starts_with("ERR burst x period"));
+    }
+
+    #[test]
+    fn all_arguments_replace_what_the_lists_held() {
+        let words =
+            |w: &str| -> Vec<Vec<u8>> { w.split(' ').map(|x| x.as_bytes().to_vec()).collect() };
+        let parse_into = |w: &str, out: &mut AllArgs| {
+            let owned = words(w);
+            let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
+            all(args.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None, out).unwrap();
+        };
+        let mut out = AllArgs::default();
+        parse_into("2 a b GCRA 5 1 1s WINDOW 5 1m", &mut out);
+        parse_into("1 a SLIDINGLOG 5 1h", &mut out);
+        assert_eq!((out.numkeys, out.policies.len(), out.ids.len()), (1, 1, 1));
+        assert!(matches!(out.policies[0], Policy::SlidingLog { .. }));
     }
 
     #[test]

@@ -253,7 +253,7 @@ impl Default for Compound {
 pub type PerLimiter<T> = smallvec::SmallVec<[T; 4]>;
 
 /// One request against several limiters, all or nothing: the effects are
-/// returned (in order, one per limiter) only when every limiter allows it.
+/// written (in order, one per limiter) only when every limiter allows it.
 /// When the call is denied, a limiter that denied it does what it would do
 /// alone (a COUNTDENIED log logs it, LOCKOUT locks it, new token bucket
 /// parameters are stored) and the limiters that would have allowed it are
@@ -261,15 +261,15 @@ pub type PerLimiter<T> = smallvec::SmallVec<[T; 4]>;
 /// `remaining` is what is really left. With PARTIAL every limiter is asked
 /// for the least that all of them have.
 ///
-/// Written into `decided` and `effects` (empty lists expected), where the
-/// caller keeps them: returning the lists would copy them, on every call.
+/// Written into `compound` and `effects` (their lists cleared first), where
+/// the caller keeps them: returning the lists would copy them, on every call.
 #[inline]
 pub fn decide_all(
     policies: &[Policy],
     states: &[Option<&Limiter>],
     now: Millis,
     request: Request,
-    decided: &mut Compound,
+    compound: &mut Compound,
     effects: &mut PerLimiter<Option<Effect>>,
 ) {
     let mut request = request;
@@ -287,7 +287,9 @@ pub fn decide_all(
         request.cost = request.cost.min(there).max(1);
         request.partial = false;
     }
-    let outcomes = &mut decided.outcomes;
+    let outcomes = &mut compound.outcomes;
+    outcomes.clear();
+    effects.clear();
     for (policy, state) in policies.iter().zip(states) {
         let decision = policy.decide_request(*state, now, request);
         outcomes.push(decision.outcome);
@@ -308,21 +310,21 @@ pub fn decide_all(
         // Nothing is taken: a limiter that would have allowed reports what
         // it holds as it stands.
         let peek = Request { cost: 0, ..request };
-        let decided = policies
+        let each = policies
             .iter()
             .zip(states)
             .zip(outcomes.iter_mut())
             .zip(effects.iter_mut());
-        for (((policy, state), outcome), effect) in decided {
+        for (((policy, state), outcome), effect) in each {
             if outcome.allowed {
                 *outcome = policy.decide_request(*state, now, peek).outcome;
                 *effect = None;
             }
         }
     }
-    decided.allowed = allowed;
-    decided.retry_after = retry_after;
-    decided.granted = if allowed { request.cost } else { 0 };
+    compound.allowed = allowed;
+    compound.retry_after = retry_after;
+    compound.granted = if allowed { request.cost } else { 0 };
 }
 
 #[cfg(test)]
@@ -437,6 +439,26 @@ mod tests {
         assert_eq!(Some(compound.retry_after), worst);
         assert_eq!(compound.retry_after, waits[1]);
         assert!(effects.iter().all(Option::is_none));
+    }
+
+    #[test]
+    fn lists_given_with_entries_are_replaced_not_appended_to() {
+        let policies = [bucket(3), window(5)];
+        let refs = [None, None];
+        let (fresh, fresh_effects) = decided(&policies, &refs, request(1));
+        // A denial first: its verdict, wait and outcomes must all be replaced.
+        let (mut reused, mut reused_effects) = decided(&policies, &refs, request(4));
+        assert!(!reused.allowed);
+        decide_all(
+            &policies,
+            &refs,
+            NOW,
+            request(1),
+            &mut reused,
+            &mut reused_effects,
+        );
+        assert_eq!(reused, fresh);
+        assert_eq!(reused_effects, fresh_effects);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::core::policy::{self, Compound, PerLimiter, Policy};
 use crate::core::slot;
 use crate::core::{Millis, RetryAfter};
 
-/// Two limiters with every option fit (RL.ALL's usual call has 11 words).
+/// Two limiters with every option fit (RL.ALL's usual call has 11 arguments).
 const INLINE_WORDS: usize = 24;
 
 fn fail(ctx: Ctx, message: &str) -> c_int {
@@ -29,15 +29,16 @@ pub fn all(ctx: Ctx, argv: &[Str]) -> c_int {
     // key prefetching). Found in testing: with the numkeys key spec alone, a
     // node that did not own the keys' slot executed the call and wrote them.
     if ffi::is_keys_position_request(ctx) {
-        let count = args::parse_u64(ffi::bytes(argv[1])).unwrap_or(0) as usize;
-        for position in 2..(2 + count).min(argv.len()) {
+        let count = args::parse_u64(ffi::bytes(argv[1])).unwrap_or(0);
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        for position in 2..count.saturating_add(2).min(argv.len()) {
             ffi::key_at_pos(ctx, position);
         }
         return ffi::NO_REPLY;
     }
     // Each argument's bytes are asked of the server once: the parser looks
     // at most words several times. A plain array when they fit: no
-    // allocation and no capacity check per word (SmallVec's extend had both).
+    // allocation and no capacity check per word.
     let mut inline: [&[u8]; INLINE_WORDS] = [&[]; INLINE_WORDS];
     let spilled: Vec<&[u8]>;
     let words: &[&[u8]] = if argv.len() - 1 <= INLINE_WORDS {

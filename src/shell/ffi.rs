@@ -80,14 +80,18 @@ pub fn is_keys_position_request(ctx: Ctx) -> bool {
 }
 
 /// Answers a keys position request: argument `position` is a key.
-/// Reports a key the command reads and updates (its key spec's flags).
-/// KeyAtPos would claim full access, and convert its flags twice.
+/// Key spec flags of a key read, modified and revealed by the reply: the
+/// limiters' keys (command registration, and the keys position request).
+pub const KEY_UPDATE: u32 =
+    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
+
+/// Reports a key of `KEY_UPDATE`, as the key spec declares it. KeyAtPos
+/// would claim full access, and convert its flags twice.
 pub fn key_at_pos(ctx: Ctx, position: usize) {
-    const UPDATE: u32 = raw::REDISMODULE_CMD_KEY_RW
-        | raw::REDISMODULE_CMD_KEY_ACCESS
-        | raw::REDISMODULE_CMD_KEY_UPDATE;
     // SAFETY: ctx is a keys position request context.
-    unsafe { raw::RedisModule_KeyAtPosWithFlags.unwrap()(ctx, position as c_int, UPDATE as c_int) }
+    unsafe {
+        raw::RedisModule_KeyAtPosWithFlags.unwrap()(ctx, position as c_int, KEY_UPDATE as c_int)
+    }
 }
 
 pub fn is_cluster(ctx: Ctx) -> bool {

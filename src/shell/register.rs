@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use valkey_module::raw;
 
-use super::ffi::{self, Ctx, Str};
+use super::ffi::{self, Ctx, Str, KEY_UPDATE};
 use super::{compound, denied_report, docs, leases, limiters, replication, stored};
 
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
@@ -47,9 +47,6 @@ enum Keys {
     Pairs,
 }
 
-/// Read-modify-write of the key, whose value the reply reveals.
-const KEY_UPDATE: u32 =
-    raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
 const KEY_READ: u32 = raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS;
 /// RL.APPLY replaces or updates the value without revealing it.
 const KEY_APPLY: u32 = raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE;
