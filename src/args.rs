@@ -809,31 +809,26 @@ mod tests {
             .starts_with("ERR burst x period"));
     }
 
+    /// RL.ALL's arguments (space-separated words) parsed into `out`.
+    fn parse_all_into(w: &str, out: &mut AllArgs) -> Result<(), ArgError> {
+        let owned: Vec<&[u8]> = w.split(' ').map(str::as_bytes).collect();
+        all(owned.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None, out)
+    }
+
     #[test]
     fn all_arguments_replace_what_the_lists_held() {
-        let words =
-            |w: &str| -> Vec<Vec<u8>> { w.split(' ').map(|x| x.as_bytes().to_vec()).collect() };
-        let parse_into = |w: &str, out: &mut AllArgs| {
-            let owned = words(w);
-            let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
-            all(args.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None, out).unwrap();
-        };
         let mut out = AllArgs::default();
-        parse_into("2 a b GCRA 5 1 1s WINDOW 5 1m", &mut out);
-        parse_into("1 a SLIDINGLOG 5 1h", &mut out);
+        parse_all_into("2 a b GCRA 5 1 1s WINDOW 5 1m", &mut out).unwrap();
+        parse_all_into("1 a SLIDINGLOG 5 1h", &mut out).unwrap();
         assert_eq!((out.numkeys, out.policies.len(), out.ids.len()), (1, 1, 1));
         assert!(matches!(out.policies[0], Policy::SlidingLog { .. }));
     }
 
     #[test]
     fn all_arguments() {
-        let words =
-            |w: &str| -> Vec<Vec<u8>> { w.split(' ').map(|x| x.as_bytes().to_vec()).collect() };
         let parse = |w: &str| {
-            let owned = words(w);
-            let args: Vec<&[u8]> = owned.iter().map(|x| x.as_slice()).collect();
             let mut out = AllArgs::default();
-            all(args.as_slice(), DEFAULT_MAX_LIMITERS, &|_| None, &mut out).map(|()| out)
+            parse_all_into(w, &mut out).map(|()| out)
         };
         let parsed =
             parse("3 a b c TOKENBUCKET 10 1 1s window 100 1m SLIDING GCRA 5 1 1s COST 2 DRYRUN")

@@ -237,7 +237,7 @@ pub struct Compound {
 }
 
 impl Default for Compound {
-    /// Nothing decided yet: denied, no wait known, nothing granted.
+    /// Nothing decided yet: `decide_all` sets every field.
     fn default() -> Self {
         Compound {
             allowed: false,

@@ -79,14 +79,14 @@ pub fn is_keys_position_request(ctx: Ctx) -> bool {
     unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx) != 0 }
 }
 
-/// Answers a keys position request: argument `position` is a key.
 /// Key spec flags of a key read, modified and revealed by the reply: the
 /// limiters' keys (command registration, and the keys position request).
 pub const KEY_UPDATE: u32 =
     raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
 
-/// Reports a key of `KEY_UPDATE`, as the key spec declares it. KeyAtPos
-/// would claim full access, and convert its flags twice.
+/// Answers a keys position request: argument `position` is a key, of
+/// `KEY_UPDATE` as the key spec declares it (KeyAtPos would claim full
+/// access, and convert its flags twice).
 pub fn key_at_pos(ctx: Ctx, position: usize) {
     // SAFETY: ctx is a keys position request context.
     unsafe {
